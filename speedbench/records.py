@@ -1,0 +1,168 @@
+"""The data contracts that cross module boundaries.
+
+Every record is a frozen dataclass with an explicit schema. Data flows one way:
+
+    Request  -> Backend -> StepRecord / RequestRecord -> metrics -> CellResult -> results store
+
+Times are seconds (float) read with a device sync before each clock read.
+Token counts are integers. A failure is data: ``status`` + ``error``, never a crash.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One benchmark prompt (SPEED-Bench record shape, reduced to what engines need).
+
+    ``turns`` are user turns; for multi-turn requests the engine's own reply to turn i
+    is appended as the assistant message before turn i+1.
+    """
+
+    request_id: str
+    category: str
+    turns: tuple[str, ...]
+    max_new_tokens: int
+    sub_category: str = ""
+    context_bucket: str = ""  # e.g. "1k", "8k"; empty for the qualitative suite
+    entropy_tier: str = ""  # "low" | "mixed" | "high"; empty for the qualitative suite
+    source: str = ""
+
+    @property
+    def multiturn(self) -> bool:
+        return len(self.turns) > 1
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One target iteration of one sequence in a batch.
+
+    ``drafted``: draft tokens proposed for this sequence in this step (0 for plain decoding
+    or when a lookup drafter found no match). ``accepted``: leading draft tokens accepted.
+    ``emitted`` = accepted + 1 (the target's own correction or bonus token), before any
+    truncation at max_new_tokens. Times are shared by the batch (one forward for all rows).
+    """
+
+    request_id: str
+    step: int
+    batch_index: int
+    drafted: int
+    accepted: int
+    emitted: int
+    t_draft: float
+    t_verify: float
+    t_accept: float
+    t_step: float  # wall time of the whole iteration as the loop saw it (>= the three parts)
+    verify_tokens: int  # tokens in flight in the verification forward (= B*(1+D) when drafting)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """The outcome of one request in one run (baseline or speculative)."""
+
+    request_id: str
+    category: str
+    context_bucket: str
+    entropy_tier: str
+    role: str  # "baseline" | "spec"
+    prompt_tokens: int
+    n_tokens: int  # generated tokens kept (after EOS / max_new_tokens truncation)
+    output_ids: tuple[int, ...]
+    ttft: float  # seconds from submission to first generated token
+    tpot: float  # (t_last - t_first) / (n_tokens - 1); nan when n_tokens < 2
+    e2e: float  # seconds from submission to last token
+    n_steps: int
+    n_drafts: int  # steps in which at least one draft token was proposed
+    drafted: int
+    accepted: int
+    accepted_hist: tuple[int, ...] = ()  # accepted_hist[k] = #steps that accepted exactly k drafts
+    al_source: str = "steps"  # where acceptance came from: steps | counters | chunks | none
+    status: str = STATUS_OK
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One row of the per-cell table: everything the report, the gate and W&B read.
+
+    Convention: ``al`` (acceptance length) counts the target's bonus/correction token,
+    so 1 <= al <= 1 + num_speculative_tokens. ``speedup`` = tpot_ms_baseline / tpot_ms_spec
+    from matched runs in one process. Missing measurements are NaN, never 0.
+    """
+
+    cell_id: str
+    run_id: str
+    target: str
+    drafter: str
+    method: str
+    num_speculative_tokens: int
+    batch_size: int
+    temperature: float
+    top_p: float
+    top_k: int
+    backend: str
+    dataset: str
+    category: str
+    context_bucket: str
+    n_requests: int
+    # acceptance
+    al: float
+    al_source: str
+    acceptance_rate: float
+    accepted_per_pos: tuple[float, ...]  # unconditional P(first k+1 drafts accepted)
+    accepted_per_pos_cond: tuple[float, ...]  # P(k-th accepted | first k-1 accepted)
+    accepted_hist: tuple[int, ...]
+    # timing (ms)
+    t_draft_ms: float
+    t_draft_ms_p50: float
+    t_draft_ms_p90: float
+    t_verify_ms: float
+    t_verify_ms_p50: float
+    t_verify_ms_p90: float
+    t_verify_ms_baseline: float  # T_verif(B): plain decode forward at the same batch size
+    t_accept_ms: float
+    t_step_ms_baseline: float
+    t_step_ms_spec: float
+    overhead_frac: float  # loop time outside draft/verify/accept, as a fraction of step time
+    ttft_ms_baseline: float
+    ttft_ms_spec: float
+    tpot_ms_baseline: float
+    tpot_ms_spec: float
+    tpot_ms_spec_iqr: float
+    tpot_ms_baseline_iqr: float
+    tokens_per_s_user_baseline: float
+    tokens_per_s_user_spec: float
+    tokens_per_s_baseline: float
+    tokens_per_s_spec: float
+    tokens_per_s_per_gpu_baseline: float
+    tokens_per_s_per_gpu_spec: float
+    speedup: float
+    speedup_predicted: float
+    greedy_match_rate: float  # fraction of requests whose output equals the baseline's; NaN if sampling
+    token_match_rate: float  # matched leading tokens / tokens, over requests
+    first_divergence: int  # smallest first-divergence position over requests; -1 if none
+    warmup_s: float
+    wall_s: float
+    n_gpus: int
+    device: str
+    status: str
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def to_row(record: Any) -> dict[str, Any]:
+    """A dataclass record as a flat dict (tuples become lists) for pandas/JSON."""
+    row = asdict(record)
+    for k, v in row.items():
+        if isinstance(v, tuple):
+            row[k] = list(v)
+    return row
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in fields(cls)]
