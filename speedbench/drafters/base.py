@@ -1,0 +1,79 @@
+"""The drafter interface of the reference engine.
+
+A drafter sees the token history of every row (``History``) and proposes up to D tokens per
+row. After verification the engine tells it how many were accepted, so drafters with a KV
+cache can roll theirs back. The speculative step itself lives in ``engine.decode``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..engine.sampling import SamplingParams
+from ..engine.speculative import Proposal
+from ..registry import Registry
+
+
+class History:
+    """Prompt + generated tokens per row: ``tokens[b, :lens[b]]``."""
+
+    def __init__(self, batch: int, capacity: int, device: torch.device) -> None:
+        self.tokens = torch.zeros(batch, capacity, dtype=torch.long, device=device)
+        self.lens = torch.zeros(batch, dtype=torch.long, device=device)
+        self.capacity = capacity
+
+    def row(self, b: int) -> torch.Tensor:
+        return self.tokens[b, : int(self.lens[b])]
+
+    def append(self, new: torch.Tensor, counts: torch.Tensor) -> None:
+        """Append ``new[b, :counts[b]]`` to each row."""
+        width = new.shape[1]
+        if width == 0:
+            return
+        cols = self.lens[:, None] + torch.arange(width, device=new.device)
+        keep = torch.arange(width, device=new.device)[None] < counts[:, None]
+        if bool((cols[keep] >= self.capacity).any()):
+            raise RuntimeError(f"history capacity {self.capacity} exceeded")
+        rows = torch.arange(new.shape[0], device=new.device)[:, None].expand_as(cols)
+        self.tokens[rows[keep], cols[keep]] = new[keep]
+        self.lens = self.lens + counts
+
+
+@dataclass
+class DraftContext:
+    """What a drafter is built with: the loaded target and the run's settings."""
+
+    target_model: Any  # the HF model of the target (for drafters built from it)
+    make_lm: Any  # callable(hf_model, num_layers=None) -> CachedLM (lean when possible)
+    device: torch.device
+    load_model: Any  # callable(path: str) -> HF model, for external drafters
+
+
+class Drafter(ABC):
+    """Proposes draft tokens. ``probs`` is filled only when the drafter samples (p for exact sampling)."""
+
+    method: str = "none"
+
+    def reset(self, history: History, max_len: int) -> None:  # noqa: B027 - optional hook
+        """A new batch begins; ``history`` holds the prompts. Prefill caches here."""
+
+    @abstractmethod
+    def propose(self, history: History, num_tokens: int, params: SamplingParams, generator) -> Proposal:
+        """Up to ``num_tokens`` tokens per row continuing ``history``."""
+
+    def accepted(self, n_accepted: torch.Tensor, history: History) -> None:  # noqa: B027
+        """After verification: ``history`` already holds the accepted tokens and the target's token."""
+
+
+DRAFTERS: Registry[type[Drafter]] = Registry("drafter")
+DRAFTERS.register("none", "speedbench.drafters.none:NoDrafter")
+DRAFTERS.register("ngram", "speedbench.drafters.ngram:NgramDrafter")
+DRAFTERS.register("draft_model", "speedbench.drafters.draft_model:DraftModelDrafter")
+DRAFTERS.register("layer_skip", "speedbench.drafters.draft_model:LayerSkipDrafter")
+
+
+def build_drafter(method: str, ctx: DraftContext, options: dict[str, Any]) -> Drafter:
+    return DRAFTERS.get(method)(ctx, **options)

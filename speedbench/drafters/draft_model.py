@@ -1,0 +1,77 @@
+"""Drafting with a model: an external small LM (same tokenizer) or the target's own first layers.
+
+The drafter keeps its own KV cache. Each step it first catches up on the tokens the
+target emitted since its last call (one, or two when every draft was accepted), then
+drafts D tokens autoregressively. After verification it rolls its cache back to the
+accepted prefix, so its cache never holds a rejected token.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine.sampling import logits_to_probs, sample
+from ..engine.speculative import Proposal
+from .base import Drafter
+
+
+class DraftModelDrafter(Drafter):
+    method = "draft_model"
+
+    def __init__(self, ctx, model: str | None = None, **_options) -> None:
+        if not model:
+            raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
+        hf = ctx.load_model(model)
+        target_vocab = ctx.target_model.config.get_text_config().vocab_size
+        if hf.config.vocab_size != target_vocab:
+            raise ValueError(
+                f"drafter.model {model!r} has vocab_size {hf.config.vocab_size} but the target has {target_vocab}; "
+                "draft_model needs the target's tokenizer"
+            )
+        self.lm = ctx.make_lm(hf)
+
+    def reset(self, history, max_len: int) -> None:
+        batch = history.tokens.shape[0]
+        self.lm.reset(batch, max_len)
+        self.lm.feed_ragged([history.row(b) for b in range(batch)])
+        self.lm.truncate(history.lens - 1)  # the last prompt token is fed with the first draft
+
+    def propose(self, history, num_tokens, params, generator) -> Proposal:
+        batch = history.tokens.shape[0]
+        pending = [history.row(b)[int(self.lm.lens[b]) :] for b in range(batch)]
+        logits = self.lm.feed_ragged(pending)
+        self._history_lens = history.lens.clone()
+        self._width = num_tokens
+        tokens, probs = [], []
+        for i in range(num_tokens):
+            if params.greedy:
+                tok = logits.argmax(-1)
+            else:
+                p = logits_to_probs(logits, params)
+                tok = sample(p, generator)
+                probs.append(p)
+            tokens.append(tok)
+            if i < num_tokens - 1:
+                logits = self.lm.forward(tok[:, None])[:, -1]
+        device = history.tokens.device
+        if not tokens:
+            return Proposal.empty(batch, device)
+        return Proposal(
+            tokens=torch.stack(tokens, 1),
+            n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=device),
+            probs=torch.stack(probs, 1) if probs else None,
+        )
+
+    def accepted(self, n_accepted, history) -> None:
+        # cache holds history (at propose time) + drafts 1..D-1; keep the accepted ones,
+        # and always leave at least the newest token pending so the next step has logits.
+        kept = self._history_lens + n_accepted.clamp(max=max(self._width - 1, 0))
+        self.lm.truncate(torch.minimum(kept, history.lens - 1))
+
+
+class LayerSkipDrafter(DraftModelDrafter):
+    """Self-speculative drafting: the target's first ``num_layers`` layers + final norm + LM head."""
+
+    method = "layer_skip"
+
+    def __init__(self, ctx, num_layers: int = 1, **_options) -> None:
+        self.lm = ctx.make_lm(ctx.target_model, num_layers=num_layers)

@@ -1,0 +1,1 @@
+"""The PyTorch reference engine: exact speculative decoding over Hugging Face causal LMs."""

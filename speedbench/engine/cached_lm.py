@@ -1,0 +1,95 @@
+"""A causal LM with a KV cache that sequences in a batch advance and roll back independently.
+
+The one contract every model wrapper keeps (the engine relies on nothing else):
+
+* ``lens[b]`` is the number of tokens of row ``b`` held in the cache.
+* ``forward(tokens[B, T])`` appends T tokens per row at positions ``lens[b] .. lens[b]+T-1``,
+  advances ``lens`` by T and returns logits ``[B, T, V]`` (or ``[B, V]`` at ``logits_at``).
+* ``truncate(new_lens)`` forgets everything at positions ``>= new_lens[b]``: rejected draft
+  tokens, and right-padding of a ragged feed.
+
+Ragged acceptance in a batch is therefore just ``truncate`` with a different length per row.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+
+
+class CachedLM(ABC):
+    vocab_size: int
+    device: torch.device
+    lens: torch.Tensor
+
+    @abstractmethod
+    def reset(self, batch_size: int, max_len: int) -> None:
+        """Empty cache for ``batch_size`` rows of up to ``max_len`` positions."""
+
+    @abstractmethod
+    def forward(self, tokens: torch.Tensor, logits_at: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ``tokens`` [B, T]; logits [B, T, V], or [B, V] gathered at index ``logits_at[b]``."""
+
+    @abstractmethod
+    def truncate(self, new_lens: torch.Tensor) -> None:
+        """Drop cached positions ``>= new_lens[b]`` (``new_lens <= lens``)."""
+
+    def feed_ragged(self, rows: list[torch.Tensor]) -> torch.Tensor:
+        """Append a different number (>= 1) of tokens to each row; logits after each row's last token [B, V]."""
+        n = torch.tensor([len(r) for r in rows], device=self.device)
+        width = int(n.max())
+        padded = torch.zeros(len(rows), width, dtype=torch.long, device=self.device)
+        for b, r in enumerate(rows):
+            padded[b, : len(r)] = r
+        before = self.lens.clone()
+        logits = self.forward(padded, logits_at=n - 1)
+        if int(n.min()) != width:
+            self.truncate(before + n)
+        return logits
+
+
+class HFCachedLM(CachedLM):
+    """Any ``AutoModelForCausalLM`` through its own forward and a ``DynamicCache``.
+
+    Rows cannot shrink a DynamicCache independently, so rolled-back slots become holes:
+    they stay in the cache but the 2-D attention mask hides them, and ``position_ids``
+    carry each row's true positions. Correct for every HF model that honours an
+    attention mask and explicit positions; slower than the lean path.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.vocab_size = int(model.config.get_text_config().vocab_size)
+        self.lens = torch.zeros(0, dtype=torch.long, device=self.device)
+
+    def reset(self, batch_size: int, max_len: int) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        self.slot_pos = torch.zeros(batch_size, 0, dtype=torch.long, device=self.device)
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
+        self.lens = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+
+    def forward(self, tokens: torch.Tensor, logits_at: torch.Tensor | None = None) -> torch.Tensor:
+        batch, width = tokens.shape
+        pos = self.lens[:, None] + torch.arange(width, device=self.device)
+        self.slot_pos = torch.cat([self.slot_pos, pos], 1)
+        self.valid = torch.cat([self.valid, torch.ones_like(pos, dtype=torch.bool)], 1)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=self.valid.long(),
+            position_ids=pos,
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache = out.past_key_values
+        self.lens = self.lens + width
+        logits = out.logits
+        if logits_at is not None:
+            logits = logits[torch.arange(batch, device=self.device), logits_at]
+        return logits.float()
+
+    def truncate(self, new_lens: torch.Tensor) -> None:
+        self.valid &= self.slot_pos < new_lens[:, None]
+        self.lens = new_lens.clone()

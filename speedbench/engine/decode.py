@@ -1,0 +1,134 @@
+"""The decode loop: one copy for plain and speculative decoding.
+
+Plain decoding is the ``none`` drafter (it proposes nothing), so baseline and speculative
+runs go through the same loop, the same token counting and the same clocks. Each target
+iteration is split into three timed phases, read on a device-synced clock around the calls:
+
+    draft   = drafter.propose(...)
+    verify  = one target forward over [last token, drafts]   (B * (1 + D) tokens in flight)
+    accept  = acceptance rule + cache roll-back + history update
+    step    = the whole iteration, including the loop's own bookkeeping (harness overhead)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..drafters.base import Drafter, History
+from .cached_lm import CachedLM
+from .clock import Clock
+from .sampling import SamplingParams, next_token
+from .speculative import verify
+
+
+@dataclass
+class StepTiming:
+    t_draft: float
+    t_verify: float
+    t_accept: float
+    t_step: float
+    verify_tokens: int
+
+
+@dataclass
+class RowStep:
+    step: int
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class BatchOutput:
+    outputs: list[list[int]]
+    prompt_lens: list[int]
+    t_start: float
+    t_first: float  # every row's first token comes out of the (batched) prefill
+    t_last: list[float]
+    steps: list[StepTiming] = field(default_factory=list)
+    row_steps: list[list[RowStep]] = field(default_factory=list)
+
+
+def generate(
+    target: CachedLM,
+    drafter: Drafter,
+    prompts: list[list[int]],
+    num_speculative_tokens: int,
+    max_new_tokens: int,
+    params: SamplingParams,
+    stop_ids: set[int],
+    clock: Clock,
+    generator: torch.Generator | None = None,
+) -> BatchOutput:
+    """Generate up to ``max_new_tokens`` per prompt for one static batch."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    device = target.device
+    batch = len(prompts)
+    depth = num_speculative_tokens
+    capacity = max(len(p) for p in prompts) + max_new_tokens + depth + 2
+    history = History(batch, capacity, device)
+    rows_t = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
+    for b, r in enumerate(rows_t):
+        history.tokens[b, : len(r)] = r
+    history.lens = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+
+    t_start = clock.now()
+    target.reset(batch, capacity)
+    drafter.reset(history, capacity)
+    first = next_token(target.feed_ragged(rows_t), params, generator)
+    history.append(first[:, None], torch.ones(batch, dtype=torch.long, device=device))
+    t_first = clock.now()
+
+    outputs = [[tok] for tok in first.tolist()]
+    done = [max_new_tokens <= 1 or o[0] in stop_ids for o in outputs]
+    t_last = [t_first] * batch
+    out = BatchOutput(outputs, [len(p) for p in prompts], t_start, t_first, t_last, [], [[] for _ in range(batch)])
+    arange = torch.arange(batch, device=device)
+    step = 0
+    t_prev = t_first
+    while not all(done):
+        active = torch.tensor([not d for d in done], device=device)
+        proposal = drafter.propose(history, depth, params, generator)
+        t_drafted = clock.now()
+
+        last = history.tokens[arange, history.lens - 1]
+        logits = target.forward(torch.cat([last[:, None], proposal.tokens], 1))
+        t_verified = clock.now()
+
+        verdict = verify(proposal, logits, params, generator)
+        n_acc = torch.where(active, verdict.n_accepted, torch.zeros_like(verdict.n_accepted))
+        emitted = torch.cat([proposal.tokens, torch.zeros_like(last)[:, None]], 1)
+        emitted[arange, n_acc] = verdict.next_token
+        counts = torch.where(active, n_acc + 1, torch.zeros_like(n_acc))
+        target.truncate(history.lens - 1 + counts)
+        history.append(emitted, counts)
+        drafter.accepted(n_acc, history)
+        t_accepted = clock.now()
+
+        emitted_l, counts_l = emitted.tolist(), counts.tolist()
+        drafted_l, acc_l = proposal.n_proposed.tolist(), n_acc.tolist()
+        for b in range(batch):
+            if done[b]:
+                continue
+            out.row_steps[b].append(RowStep(step, drafted_l[b], acc_l[b]))
+            for tok in emitted_l[b][: counts_l[b]]:
+                outputs[b].append(tok)
+                if tok in stop_ids or len(outputs[b]) >= max_new_tokens:
+                    done[b] = True
+                    t_last[b] = t_accepted
+                    break
+        t_end = clock.now()
+        out.steps.append(
+            StepTiming(
+                t_draft=t_drafted - t_prev,
+                t_verify=t_verified - t_drafted,
+                t_accept=t_accepted - t_verified,
+                t_step=t_end - t_prev,
+                verify_tokens=batch * (1 + proposal.width),
+            )
+        )
+        t_prev = t_end
+        step += 1
+    return out
+
