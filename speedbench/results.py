@@ -1,0 +1,142 @@
+"""The results store: one folder per run, readable by the report, the gate and W&B alike.
+
+    results/<run-id>/
+      cells/<cell_id>.json        one finished (or failed) cell, written atomically
+      requests/<cell_id>.parquet  per-request records of the baseline and speculative runs
+      steps/<cell_id>.parquet     per-step records
+      cells.parquet, cells.csv, cells.jsonl   the cell table, rebuilt from cells/ after each cell
+      provenance.json             git SHA, versions, device, resolved config, seeds (no secrets)
+
+Every write goes to a temporary file and is renamed into place, so a process killed at any
+moment leaves only whole files: a finished cell is never lost and never half-written.
+Folders written by many jobs (a Slurm array) merge by copying ``cells/``, ``requests/`` and
+``steps/`` side by side; the cell table is rebuilt from them.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .records import STATUS_OK, CellResult, field_names, to_row
+
+CELL_COLUMNS = field_names(CellResult)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def _json_default(obj: Any):
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_json_default, allow_nan=True)
+
+
+def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultsStore:
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- writing ---------------------------------------------------------------
+    def write_cell(self, cell: CellResult, records: Iterable[Any] = (), steps: Iterable[Any] = ()) -> None:
+        records, steps = list(records), list(steps)
+        if records:
+            atomic_write_parquet(self.root / "requests" / f"{cell.cell_id}.parquet", _frame(records))
+        if steps:
+            atomic_write_parquet(self.root / "steps" / f"{cell.cell_id}.parquet", _frame(steps))
+        atomic_write_text(self.root / "cells" / f"{cell.cell_id}.json", dumps(to_row(cell)))
+        self.rebuild_table()
+
+    def write_provenance(self, provenance: dict[str, Any]) -> None:
+        atomic_write_text(self.root / "provenance.json", dumps(provenance))
+
+    def rebuild_table(self) -> pd.DataFrame:
+        table = self.cells()
+        if not table.empty:
+            flat = table.copy()
+            for col in flat.columns:
+                if flat[col].map(lambda v: isinstance(v, (list, dict))).any():
+                    flat[col] = flat[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+            atomic_write_parquet(self.root / "cells.parquet", flat)
+            atomic_write_text(self.root / "cells.csv", flat.to_csv(index=False))
+            atomic_write_text(
+                self.root / "cells.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in table.to_dict("records"))
+            )
+        return table
+
+    # -- reading ---------------------------------------------------------------
+    def cells(self) -> pd.DataFrame:
+        """The cell table (list columns as Python lists), from the per-cell files."""
+        rows = []
+        for path in sorted((self.root / "cells").glob("*.json")):
+            rows.append(json.loads(path.read_text()))
+        frame = pd.DataFrame(rows, columns=CELL_COLUMNS if not rows else None)
+        return frame.fillna(value=math.nan) if not frame.empty else frame
+
+    def finished(self, cell_id: str) -> bool:
+        path = self.root / "cells" / f"{cell_id}.json"
+        if not path.exists():
+            return False
+        return json.loads(path.read_text()).get("status") == STATUS_OK
+
+    def requests(self) -> pd.DataFrame:
+        return _concat(self.root / "requests")
+
+    def steps(self) -> pd.DataFrame:
+        return _concat(self.root / "steps")
+
+    def provenance(self) -> dict[str, Any]:
+        path = self.root / "provenance.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _frame(records: list[Any]) -> pd.DataFrame:
+    rows = [to_row(r) if not isinstance(r, dict) else r for r in records]
+    return pd.DataFrame(rows)
+
+
+def _concat(folder: Path) -> pd.DataFrame:
+    parts = []
+    for path in sorted(folder.glob("*.parquet")):
+        part = pd.read_parquet(path)
+        part.insert(0, "cell_id", path.stem)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

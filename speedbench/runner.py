@@ -1,0 +1,127 @@
+"""Cells, matched baseline/speculative runs, resume.
+
+For each cell the runner measures the baseline (drafter ``none``) and the speculative run on
+the same requests, with the same sampling and output length, in this process, after a
+warm-up that is timed and reported but not measured. A failing cell is recorded with its
+error and the sweep goes on; cells already finished in the results folder are skipped.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+from . import provenance
+from .backends.base import BACKENDS, Backend, GenerateSpec
+from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
+from .config import DrafterConfig, RunConfig
+from .data import DatasetSpec, load_requests
+from .records import STATUS_OK, CellResult, Request, to_row
+from .results import ResultsStore
+
+log = logging.getLogger(__name__)
+BASELINE = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
+_BACKENDS: dict[str, Backend] = {}
+
+
+def get_backend(run: RunConfig) -> Backend:
+    """One backend per (engine settings, target) per process: a sweep loads the target once."""
+    key = stable_hash({"backend": asdict_clean(run.backend), "target": asdict_clean(run.target)})
+    if key not in _BACKENDS:
+        _BACKENDS[key] = BACKENDS.get(run.backend.name)(run)
+    backend = _BACKENDS[key]
+    backend.run = run
+    return backend
+
+
+def dataset_spec(run: RunConfig) -> DatasetSpec:
+    d = run.dataset
+    return DatasetSpec(
+        source=d.source, path=d.path, config=d.config, split=d.split, categories=tuple(d.categories),
+        n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens,
+        column_map=dict(d.column_map), max_prompt_tokens=d.max_prompt_tokens,
+    )
+
+
+def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[tuple[str, str], list[Request]]":
+    groups: OrderedDict[tuple[str, str], list[Request]] = OrderedDict()
+    for r in requests:
+        key = (r.category, r.context_bucket) if per_category else ("all", r.context_bucket)
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str) -> GenerateSpec:
+    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role)
+
+
+def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
+    """Untimed-for-results passes of baseline and speculative decoding; returns their wall time."""
+    if run.warmup_batches == 0:
+        return 0.0
+    sample = requests[: run.batch_size * run.warmup_batches]
+    t0 = time.perf_counter()
+    for drafter in (BASELINE, run.drafter):
+        backend.generate(sample, generate_spec(run, drafter, "warmup"))
+    return time.perf_counter() - t0
+
+
+def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
+    """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows."""
+    requests = load_requests(dataset_spec(run))  # bad input fails here, before any model runs
+    if not requests:
+        raise ValueError(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
+    store = ResultsStore(Path(run.results_dir) / run.run_id)
+    groups = group_requests(requests, run.per_category)
+    keys = [(CellKey.for_run(run, cat, bucket), reqs) for (cat, bucket), reqs in groups.items()]
+    todo = [(k, r) for k, r in keys if not (run.resume and store.finished(k.cell_id))]
+    skipped = len(keys) - len(todo)
+    if skipped:
+        log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
+    if not todo:
+        return []
+    backend = get_backend(run)
+    backend.check(run.drafter)
+    info = backend.info()
+    device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
+    store.write_provenance(provenance.collect(run, info, device))
+    try:
+        warmup_s = warm_up(backend, run, requests)
+    except Exception as exc:  # the engine cannot run at all: record every cell as failed
+        log.exception("warm-up failed")
+        cells = [failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus) for k, _ in todo]
+        for c in cells:
+            store.write_cell(c)
+        return cells
+
+    cells = []
+    bar = _progress(todo, progress, run)
+    for key, reqs in bar:
+        try:
+            base = backend.generate(reqs, generate_spec(run, BASELINE, "baseline"))
+            spec = backend.generate(reqs, generate_spec(run, run.drafter, "spec"))
+            cell = summarize(key, base, spec, warmup_s, device, n_gpus)
+            steps = [to_row(s) | {"role": "baseline"} for s in base.steps]
+            steps += [to_row(s) | {"role": "spec"} for s in spec.steps]
+            store.write_cell(cell, base.requests + spec.requests, steps)
+        except Exception as exc:  # one broken cell must not end the sweep
+            log.exception("cell %s failed", key.cell_id)
+            cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus)
+            store.write_cell(cell)
+        cells.append(cell)
+    return cells
+
+
+def _progress(items, enabled: bool, run: RunConfig):
+    if not enabled:
+        return items
+    from tqdm.auto import tqdm
+
+    desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
+    return tqdm(items, desc=desc, unit="cell")
+
+
+def failure_fraction(cells: list[CellResult]) -> float:
+    return sum(c.status != STATUS_OK for c in cells) / len(cells) if cells else 0.0
+

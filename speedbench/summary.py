@@ -1,0 +1,37 @@
+"""The one-screen table printed at the end of a run."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+COLUMNS = [
+    ("category", "category"),
+    ("method", "method"),
+    ("num_speculative_tokens", "D"),
+    ("batch_size", "B"),
+    ("n_requests", "n"),
+    ("al", "AL"),
+    ("acceptance_rate", "acc"),
+    ("t_draft_ms", "draft ms"),
+    ("t_verify_ms", "verify ms"),
+    ("tpot_ms_baseline", "TPOT base"),
+    ("tpot_ms_spec", "TPOT spec"),
+    ("speedup", "speedup"),
+    ("speedup_predicted", "predicted"),
+    ("greedy_match_rate", "match"),
+    ("status", "status"),
+]
+
+
+def format_table(cells: pd.DataFrame) -> str:
+    if cells.empty:
+        return "(no cells)"
+    frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
+
+    def fmt(v):
+        if isinstance(v, float):
+            return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return v
+
+    return frame.apply(lambda col: col.map(fmt)).to_string(index=False)

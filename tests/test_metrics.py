@@ -1,0 +1,71 @@
+"""Metric math on hand-made counters."""
+import math
+
+import pytest
+
+from speedbench import metrics
+from speedbench.records import RequestRecord, StepRecord
+
+
+def rec(rid, drafts, drafted, accepted, hist, out=(1, 2, 3), status="ok", tpot=0.01):
+    return RequestRecord(rid, "c", "", "", "spec", 5, len(out), tuple(out), 0.1, tpot, 0.5, drafts, drafts,
+                         drafted, accepted, tuple(hist), status=status)
+
+
+def test_al_includes_the_bonus_token():
+    # 4 drafts of D=3: accepted 3, 0, 2, 1 -> AL = 1 + 6/4
+    acc = metrics.acceptance([rec("a", 4, 12, 6, (1, 1, 1, 1))], depth=3)
+    assert acc.al == pytest.approx(2.5)
+    assert acc.rate == pytest.approx(0.5)
+    assert acc.per_position() == pytest.approx((0.75, 0.5, 0.25))
+    assert acc.per_position_conditional() == pytest.approx((0.75, 2 / 3, 0.5))
+
+
+def test_pooling_skips_failed_requests_and_pads_histogram():
+    good = rec("a", 2, 4, 4, (0, 0, 2))
+    bad = rec("b", 9, 9, 9, (9,), status="failed")
+    acc = metrics.acceptance([good, bad], depth=4)
+    assert (acc.drafts, acc.accepted, acc.hist) == (2, 4, (0, 0, 2, 0, 0))
+    assert acc.al == 3.0
+
+
+def test_no_drafts_is_not_a_number_not_one():
+    acc = metrics.acceptance([rec("a", 0, 0, 0, ())], depth=4)
+    assert math.isnan(acc.al) and acc.per_position() == ()
+
+
+def test_vllm_counter_example_from_the_notes():
+    # vLLM on CPU, ngram D=4: drafts 112, draft tokens 392 (lookup may propose < D), accepted 384,
+    # per-position counts [112, 96, 92, 84] (vllm-notes.md)
+    hist = (0, 112 - 96, 96 - 92, 92 - 84, 84)
+    acc = metrics.Acceptance(112, 392, 384, hist)
+    assert acc.al == pytest.approx(1 + 384 / 112)
+    assert acc.per_position() == pytest.approx((1.0, 96 / 112, 92 / 112, 84 / 112))
+
+
+def test_agreement_reports_first_divergence():
+    base = [rec("a", 0, 0, 0, (), out=(1, 2, 3, 4)), rec("b", 0, 0, 0, (), out=(5, 6))]
+    spec = [rec("a", 0, 0, 0, (), out=(1, 2, 9, 4)), rec("b", 0, 0, 0, (), out=(5, 6))]
+    a = metrics.agreement(base, spec)
+    assert a.match_rate == 0.5
+    assert a.first_divergence == 2
+    assert a.token_match_rate == pytest.approx(4 / 6)
+    assert metrics.first_mismatch((1, 2), (1, 2, 3)) == 2
+
+
+def test_predicted_speedup_formula():
+    # T_verif(B)=10, T_verif(B(1+D))=12, T_draft=4, AL=3.2 -> 10*3.2/16 = 2.0
+    assert metrics.predicted_speedup(10, 12, 4, 3.2) == pytest.approx(2.0)
+    assert math.isnan(metrics.predicted_speedup(math.nan, 12, 4, 3.2))
+    assert metrics.low_latency_speedup(3.0, 0.25, 4) == pytest.approx(1.5)
+
+
+def test_iteration_times_dedupe_rows_of_one_forward_and_overhead():
+    s = [StepRecord("a", 0, 0, 2, 1, 2, 0.001, 0.010, 0.001, 0.013, 6),
+         StepRecord("b", 0, 1, 2, 2, 3, 0.001, 0.010, 0.001, 0.013, 6),
+         StepRecord("a", 1, 0, 2, 0, 1, 0.002, 0.011, 0.001, 0.016, 6)]
+    it = metrics.iteration_times(s)
+    assert len(it) == 2
+    assert metrics.overhead_fraction(it) == pytest.approx((0.029 - 0.026) / 0.029)
+    assert metrics.tokens_per_step(s) == pytest.approx(2.0)
+    assert metrics.stats_ms([0.001, 0.003])[:2] == pytest.approx((2.0, 2.0))
