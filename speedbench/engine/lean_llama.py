@@ -53,9 +53,19 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
+    """Reorder each head's output features from HF's half-split RoPE layout (x0..x31 | x32..x63)
+    to the interleaved layout (x0, x32, x1, x33, ...), so RoPE is one complex multiply.
+    q.k is unchanged because q and k are permuted alike."""
+    half = head_dim // 2
+    order = torch.stack([torch.arange(half), torch.arange(half) + half], 1).flatten()
+    return w.view(n_heads, head_dim, *w.shape[1:])[:, order].reshape(w.shape)
+
+
+def _rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """x [B, T, H, hd] in interleaved layout times rot [B, T, 1, hd/2] (complex)."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * rot).flatten(-2).type_as(x)
 
 
 class LeanWeights:
@@ -81,15 +91,23 @@ class LeanWeights:
         with torch.no_grad():
             for layer in inner.layers:
                 att, mlp = layer.self_attn, layer.mlp
-                projs = (att.q_proj, att.k_proj, att.v_proj)
-                biases = [p.bias for p in projs]
+                q_heads = (self.n_heads, self.head_dim)
+                k_heads = (self.n_kv, self.head_dim)
+                w_qkv = [_interleave_rows(att.q_proj.weight, *q_heads), _interleave_rows(att.k_proj.weight, *k_heads),
+                         att.v_proj.weight]
+                biases = (att.q_proj.bias, att.k_proj.bias, att.v_proj.bias)
+                b_qkv = None
+                if all(b is not None for b in biases):
+                    b_qkv = torch.cat([_interleave_rows(biases[0], *q_heads), _interleave_rows(biases[1], *k_heads),
+                                       biases[2]]).detach()
+                qk_norm = hasattr(att, "q_norm")
                 self.layers.append(
                     _Layer(
                         ln1=layer.input_layernorm.weight.detach(),
-                        w_qkv=torch.cat([p.weight for p in projs], 0).detach(),
-                        b_qkv=torch.cat(biases, 0).detach() if all(b is not None for b in biases) else None,
-                        q_norm=att.q_norm.weight.detach() if hasattr(att, "q_norm") else None,
-                        k_norm=att.k_norm.weight.detach() if hasattr(att, "k_norm") else None,
+                        w_qkv=torch.cat(w_qkv, 0).detach(),
+                        b_qkv=b_qkv,
+                        q_norm=_interleave_rows(att.q_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
+                        k_norm=_interleave_rows(att.k_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
                         w_o=att.o_proj.weight.detach(),
                         ln2=layer.post_attention_layernorm.weight.detach(),
                         w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).detach(),
@@ -126,9 +144,7 @@ class LeanLlama(CachedLM):
             self.v_cache = [torch.zeros(shape, dtype=w.dtype, device=self.device) for _ in self.layers]
             positions = torch.arange(max_len, device=self.device, dtype=torch.float32)
             freqs = torch.outer(positions, w.inv_freq.to(self.device))
-            emb = torch.cat([freqs, freqs], -1)
-            self.cos = (emb.cos() * w.rope_scale).to(w.dtype)
-            self.sin = (emb.sin() * w.rope_scale).to(w.dtype)
+            self.rot = torch.polar(torch.full_like(freqs, w.rope_scale), freqs)  # [max_len, hd/2] complex
             self.arange = torch.arange(max_len, device=self.device)
             self._capacity = (batch_size, max_len)
         self.lens = torch.zeros(batch_size, dtype=torch.long, device=self.device)
@@ -141,9 +157,11 @@ class LeanLlama(CachedLM):
         span = int(pos.max()) + 1
         if span > self.max_len:
             raise RuntimeError(f"sequence of {span} tokens exceeds the cache of {self.max_len}")
-        rows = torch.arange(batch, device=self.device)[:, None].expand(batch, width)
-        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]
-        mask = None if batch == 1 and width == 1 else (self.arange[:span][None, None, :] <= pos[:, :, None])[:, None]
+        single = batch == 1  # one row: cache writes are a plain slice, and T=1 needs no mask
+        start = int(self.lens[0]) if single else 0
+        rows = None if single else torch.arange(batch, device=self.device)[:, None].expand(batch, width)
+        rot = self.rot[pos][:, :, None]
+        mask = None if single and width == 1 else (self.arange[:span][None, None, :] <= pos[:, :, None])[:, None]
         x = F.embedding(tokens, w.embed)
         q_size, kv_size = w.n_heads * w.head_dim, w.n_kv * w.head_dim
         for i, layer in enumerate(self.layers):
@@ -153,12 +171,16 @@ class LeanLlama(CachedLM):
             k = k.view(batch, width, w.n_kv, w.head_dim)
             if layer.q_norm is not None:
                 q, k = _rms(q, layer.q_norm, w.eps), _rms(k, layer.k_norm, w.eps)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k = _rope(q, rot), _rope(k, rot)
+            v = v.view(batch, width, w.n_kv, w.head_dim)
             kc, vc = self.k_cache[i], self.v_cache[i]
-            kc[rows, :, pos] = k.transpose(1, 2)
-            vc[rows, :, pos] = v.view(batch, width, w.n_kv, w.head_dim)
+            if single:
+                kc[0, :, start : start + width] = k[0].transpose(0, 1)
+                vc[0, :, start : start + width] = v[0].transpose(0, 1)
+            else:
+                kc[rows, :, pos] = k
+                vc[rows, :, pos] = v
+            q = q.transpose(1, 2)
             att = F.scaled_dot_product_attention(
                 q, kc[:batch, :, :span], vc[:batch, :, :span], attn_mask=mask, enable_gqa=w.n_kv != w.n_heads
             )
