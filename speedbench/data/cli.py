@@ -1,0 +1,33 @@
+"""``speedbench data validate|build``: subcommands for the main CLI.
+
+Wiring in the main CLI::
+
+    data = subparsers.add_parser("data", help="dataset tools")
+    speedbench.data.cli.add_cli_args(data.add_subparsers(dest="data_command", required=True))
+    ...
+    return speedbench.data.cli.main(args)
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .build import add_build_args, run_build
+from .validate import add_validate_args, run_validate
+
+COMMANDS = {"validate": run_validate, "build": run_build}
+
+
+def add_cli_args(subparsers: Any) -> None:
+    """Register ``validate`` and ``build`` on an argparse subparsers object."""
+    validate = subparsers.add_parser("validate", help="check dataset files before running anything")
+    add_validate_args(validate)
+    validate.set_defaults(data_command="validate")
+    build = subparsers.add_parser("build", help="build exact-length throughput splits for a tokenizer")
+    add_build_args(build)
+    build.set_defaults(data_command="build")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the subcommand selected by ``add_cli_args``; returns the exit status."""
+    return COMMANDS[args.data_command](args)
