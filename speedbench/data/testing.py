@@ -1,6 +1,7 @@
 """Small tokenizers built in-process from local text, for tests (no hub, no downloads)."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Iterable
 
 from . import material
@@ -49,3 +50,15 @@ def whitespace_tokenizer(texts: Iterable[str] | None = None) -> Any:
     trainer = trainers.WordLevelTrainer(vocab_size=5000, special_tokens=["[UNK]"], show_progress=False)
     tok.train_from_iterator(list(texts or training_text()), trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+@lru_cache(maxsize=None)
+def shared_bpe_tokenizer(chat_template: str | None = None) -> Any:
+    """One BPE tokenizer per process (per chat template); treat it as read-only."""
+    return tiny_bpe_tokenizer(chat_template=chat_template)
+
+
+@lru_cache(maxsize=None)
+def shared_whitespace_tokenizer() -> Any:
+    """One word-level tokenizer per process; treat it as read-only."""
+    return whitespace_tokenizer()
