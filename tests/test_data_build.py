@@ -126,3 +126,36 @@ def test_cli_build_with_a_saved_tokenizer(tmp_path, capsys):
     assert len(records) == 3
     assert all(count_tokens(tokenizer, r["turns"][0]) == 1000 for r in records)
     assert all("/" not in r["tokenizer"] for r in records)  # no machine paths in records
+
+
+def test_raw_tokenizers_object_is_accepted():
+    raw = shared_bpe_tokenizer().backend_tokenizer  # a tokenizers.Tokenizer, no transformers wrapper
+    record = build_prompt(raw, "1k", "mixed", 1, seed=0)
+    assert len(raw.encode(record["turns"][0], add_special_tokens=False).ids) == 1000
+
+
+class SlowLike:
+    """A tokenizer without offset mappings (like transformers' slow tokenizers)."""
+
+    chat_template = None
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name_or_path = "slow-like"
+
+    def __call__(self, text, add_special_tokens=True, return_offsets_mapping=False):
+        if return_offsets_mapping:
+            raise NotImplementedError("no offsets")
+        return self.inner(text, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids, **kwargs):
+        return self.inner.decode(ids, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        raise AssertionError("not used")
+
+
+def test_tokenizer_without_offsets_falls_back_to_decoding():
+    tok = SlowLike(shared_bpe_tokenizer())
+    record = build_prompt(tok, "1k", "high", 0, seed=0)
+    assert count_tokens(tok, record["turns"][0]) == 1000

@@ -215,4 +215,14 @@ def test_spec_accepts_config_containers():
     assert spec.categories == ("qa",) and spec.column_map == {"a": "b"}
     with pytest.raises(DatasetError):
         DatasetSpec(n_requests=-1)
-    assert os.sep not in spec.path
+    assert spec.path == "" and os.sep not in spec.path
+
+
+def test_speed_bench_defaults_to_the_hub(monkeypatch):
+    import datasets
+
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append((args, kwargs)) or SPEED_ROWS[:1])
+    (req,) = load_requests(DatasetSpec(source="speed_bench"))
+    assert calls == [(("nvidia/SPEED-Bench", "qualitative"), {"split": "test"})]
+    assert req.request_id == "coding-0"

@@ -146,3 +146,18 @@ def test_main_validate_exit_codes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "bad.jsonl:1: category: unknown category 'x'" in out
     assert main_validate([str(good), "--max-prompt-tokens", "5"]) == 2
+
+
+def test_cli_subcommands_registered(tmp_path, capsys):
+    import argparse
+
+    from speedbench.data import cli
+
+    parser = argparse.ArgumentParser(prog="speedbench")
+    data = parser.add_subparsers(dest="command").add_parser("data")
+    cli.add_cli_args(data.add_subparsers(dest="data_command", required=True))
+    good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
+    args = parser.parse_args(["data", "validate", str(good)])
+    assert cli.main(args) == 0
+    assert parser.parse_args(["data", "build", "--tokenizer", "t", "--preset", "full"]).data_command == "build"
+    assert cli.run(["validate", str(good)]) == 0

@@ -161,6 +161,3 @@ def main_build(argv: Sequence[str] | None = None) -> int:
     add_build_args(parser)
     return run_build(parser.parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main_build())

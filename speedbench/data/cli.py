@@ -10,7 +10,8 @@ Wiring in the main CLI::
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, Sequence
 
 from .build import add_build_args, run_build
 from .validate import add_validate_args, run_validate
@@ -31,3 +32,18 @@ def add_cli_args(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the subcommand selected by ``add_cli_args``; returns the exit status."""
     return COMMANDS[args.data_command](args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser: ``python -m speedbench.data.cli validate|build ...``."""
+    parser = argparse.ArgumentParser(prog="python -m speedbench.data.cli", description="speedbench dataset tools")
+    add_cli_args(parser.add_subparsers(dest="data_command", required=True))
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    return main(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(run())

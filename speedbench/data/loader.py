@@ -29,14 +29,15 @@ def load_requests(spec: DatasetSpec, tokenizer: Any = None) -> list[Request]:
         max_prompt_tokens=spec.max_prompt_tokens,
         field_label=source.field_label(spec),
     )
-    raise_if_issues(issues, f"{spec.source}:{spec.path}" + (f" ({spec.config})" if spec.config else ""))
+    where = spec.path or source.default_path
+    raise_if_issues(issues, f"{spec.source}:{where}" + (f" ({spec.config})" if spec.config else ""))
 
     if spec.categories:
         wanted = set(spec.categories)
         present = {row.record["category"] for row in rows}
         missing = sorted(wanted - present)
         if missing:
-            raise DatasetError(f"requested categories not in {spec.path}: {', '.join(missing)} (present: {', '.join(sorted(present))})")
+            raise DatasetError(f"requested categories not in {where}: {', '.join(missing)} (present: {', '.join(sorted(present))})")
         rows = [row for row in rows if row.record["category"] in wanted]
 
     chosen = stratified_select(rows, spec.n_requests, spec.seed, category=lambda row: row.record["category"])

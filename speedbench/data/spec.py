@@ -71,7 +71,8 @@ class DatasetSpec:
     source: a name registered in ``speedbench.data.sources.SOURCES``
         ("local" | "speed_bench" | "spec_bench" | "mt_bench" | "generic").
     path: a file or folder (relative paths: current directory first, then ``datasets/``);
-        for "speed_bench" a hub id (default ``nvidia/SPEED-Bench``) or a prepared local copy.
+        for "speed_bench" a hub id or a prepared local copy. Empty = the source's default
+        ("local": ``qualitative.jsonl``; "speed_bench": ``nvidia/SPEED-Bench``).
     config: e.g. "qualitative", "throughput_1k" (SPEED-Bench config, or a file stem inside
         a local folder).
     split: hub split (SPEED-Bench ships "test").
@@ -87,7 +88,7 @@ class DatasetSpec:
     """
 
     source: str = "local"
-    path: str = "qualitative.jsonl"
+    path: str = ""
     config: str | None = None
     split: str = "test"
     categories: tuple[str, ...] = ()

@@ -147,6 +147,3 @@ def main_validate(argv: Sequence[str] | None = None) -> int:
     add_validate_args(parser)
     return run_validate(parser.parse_args(argv))
 
-
-if __name__ == "__main__":
-    sys.exit(main_validate())
