@@ -116,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     tok = models.load_tokenizer(args.target)
     requests = load_requests(DatasetSpec(path="smoke.jsonl"))
-    prompts = [render_conversation(tok, [], r.turns[0]) for r in requests][:4]
+    prompts = [render_conversation(tok, [], r.turns[0], tokenize=True) for r in requests][:4]
     report = {"target": args.target, "torch_threads": torch.get_num_threads(), "new_tokens": args.new_tokens}
     report["decode"] = decode_speed(args.target, prompts, args.new_tokens, args.repeats)
     print(json.dumps(report["decode"], indent=2))

@@ -14,7 +14,9 @@ from pathlib import Path
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # name -> (module, one-line help); each module has add_cli_args(parser) and main(args)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "data": ("speedbench.data.cli", "validate prompt files; build exact-length throughput splits"),
+}
 
 
 def run_app(argv: list[str]) -> int:

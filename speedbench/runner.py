@@ -44,6 +44,16 @@ def dataset_spec(run: RunConfig) -> DatasetSpec:
     )
 
 
+def _tokenizer_for_limits(run: RunConfig):
+    """The target's tokenizer, only when the dataset sets a prompt-length limit to enforce."""
+    if run.dataset.max_prompt_tokens is None:
+        return None
+    from .models import load_tokenizer
+
+    t = run.target
+    return load_tokenizer(t.path, t.revision, t.trust_remote_code)
+
+
 def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[tuple[str, str], list[Request]]":
     groups: OrderedDict[tuple[str, str], list[Request]] = OrderedDict()
     for r in requests:
@@ -69,7 +79,7 @@ def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
 
 def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
     """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows."""
-    requests = load_requests(dataset_spec(run))  # bad input fails here, before any model runs
+    requests = load_requests(dataset_spec(run), _tokenizer_for_limits(run))  # bad input fails here
     if not requests:
         raise ValueError(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
     store = ResultsStore(Path(run.results_dir) / run.run_id)

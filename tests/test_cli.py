@@ -10,7 +10,7 @@ import pytest
 from speedbench.cli import main
 from speedbench.results import ResultsStore
 
-FAST = ["max_new_tokens=12", "dataset.categories=[coding,math]"]
+FAST = ["max_new_tokens=12", "dataset=smoke", "dataset.categories=[coding,math]"]
 
 
 def speedbench(tmp_path, *args, env=None):
@@ -20,11 +20,11 @@ def speedbench(tmp_path, *args, env=None):
 
 def test_default_run_writes_the_results_store(tmp_path):
     env = dict(os.environ, OPENAI_API_KEY="sk-test-secret-0123456789", HF_TOKEN="hf_secrettoken0123456789")
-    proc = speedbench(tmp_path, "run_id=default", "+backend.options.api_key=sk-abcdefghijklmnop", env=env)
+    proc = speedbench(tmp_path, "run_id=default", "max_new_tokens=16", "+backend.options.api_key=sk-abcdefghijklmnop", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = ResultsStore(tmp_path / "default")
     cells = store.cells()
-    assert set(cells.category) >= {"coding", "math"}
+    assert len(set(cells.category)) == 11  # the default samples all 11 categories
     assert (cells.status == "ok").all()
     assert (cells.greedy_match_rate == 1.0).all()  # greedy speculation is lossless
     assert ((cells.al >= 1) & (cells.al <= 1 + cells.num_speculative_tokens)).all()
@@ -44,7 +44,7 @@ def test_default_run_writes_the_results_store(tmp_path):
 
 def test_multirun_grid_and_resume(tmp_path):
     grid = ["run_id=grid", "drafter=ngram", "drafter.num_speculative_tokens=2,4,6", "batch_size=1,4",
-            "dataset.categories=[coding]", "max_new_tokens=8", "-m"]
+            "dataset=smoke", "dataset.categories=[coding]", "max_new_tokens=8", "-m"]
     proc = speedbench(tmp_path, *grid)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = ResultsStore(tmp_path / "grid").cells()

@@ -115,7 +115,7 @@ class TorchBackend(Backend):
         runs: list[tuple[BatchOutput, dict[int, int]]] = []
         for turn in range(max(len(r.turns) for r in batch)):
             rows = [b for b, r in enumerate(batch) if len(r.turns) > turn]
-            prompts = [render_conversation(self.tokenizer, conversations[b], batch[b].turns[turn]) for b in rows]
+            prompts = [render_conversation(self.tokenizer, conversations[b], batch[b].turns[turn], tokenize=True) for b in rows]
             for b, p in zip(rows, prompts):
                 need = len(p) + spec.max_new_tokens + spec.drafter.num_speculative_tokens + 1
                 if self.max_positions and need > self.max_positions:

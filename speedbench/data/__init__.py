@@ -1,46 +1,32 @@
-"""Prompt loading (minimal local JSONL loader; the full suite and loaders land with the data issue)."""
-from __future__ import annotations
+"""Datasets for speedbench: SPEED-Bench-format records -> ``speedbench.records.Request``.
 
-import json
-from dataclasses import dataclass, field
-from pathlib import Path
+Public API::
 
-from ..records import Request
+    from speedbench.data import DatasetSpec, load_requests, render_conversation
+    requests = load_requests(DatasetSpec(source="local", path="qualitative.jsonl", n_requests=44))
 
-DATASETS_DIR = Path(__file__).resolve().parents[2] / "datasets"
+Heavy libraries (``datasets``, ``transformers``) are imported only when needed.
+"""
+from .chat import render_conversation
+from .errors import DatasetError, Issue
+from .loader import load_requests
+from .selection import stratified_select
+from .sources import SOURCES
+from .spec import QUALITATIVE_CATEGORIES, THROUGHPUT_CATEGORIES, DatasetSpec, datasets_dir, resolve_path
+from .validate import check_file, validate_file
 
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    source: str = "local"
-    path: str = "smoke.jsonl"
-    config: str | None = None
-    split: str = "test"
-    categories: tuple[str, ...] = ()
-    n_requests: int | None = None
-    seed: int = 0
-    max_new_tokens: int = 64
-    column_map: dict = field(default_factory=dict)
-    max_prompt_tokens: int | None = None
-
-
-def _resolve(path: str) -> Path:
-    p = Path(path)
-    if p.exists():
-        return p
-    if (DATASETS_DIR / p).exists():
-        return DATASETS_DIR / p
-    raise FileNotFoundError(f"dataset.path {path!r} not found (looked in . and {DATASETS_DIR})")
-
-
-def load_requests(spec: DatasetSpec) -> list[Request]:
-    path = _resolve(spec.path)
-    out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        rec = json.loads(line)
-        if spec.categories and rec["category"] not in spec.categories:
-            continue
-        out.append(Request(str(rec["question_id"]), rec["category"], tuple(rec["turns"]), spec.max_new_tokens))
-    return out[: spec.n_requests] if spec.n_requests else out
+__all__ = [
+    "DatasetError",
+    "DatasetSpec",
+    "Issue",
+    "QUALITATIVE_CATEGORIES",
+    "SOURCES",
+    "THROUGHPUT_CATEGORIES",
+    "check_file",
+    "datasets_dir",
+    "load_requests",
+    "render_conversation",
+    "resolve_path",
+    "stratified_select",
+    "validate_file",
+]
