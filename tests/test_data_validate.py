@@ -153,11 +153,14 @@ def test_cli_subcommands_registered(tmp_path, capsys):
 
     from speedbench.data import cli
 
+    from speedbench.cli import main as speedbench_main
+
     parser = argparse.ArgumentParser(prog="speedbench")
     data = parser.add_subparsers(dest="command").add_parser("data")
-    cli.add_cli_args(data.add_subparsers(dest="data_command", required=True))
+    cli.add_cli_args(data)
     good = write_jsonl(tmp_path / "good.jsonl", [GOOD])
     args = parser.parse_args(["data", "validate", str(good)])
     assert cli.main(args) == 0
+    assert speedbench_main(["data", "validate", str(good)]) == 0  # wired into the main CLI
     assert parser.parse_args(["data", "build", "--tokenizer", "t", "--preset", "full"]).data_command == "build"
     assert cli.run(["validate", str(good)]) == 0
