@@ -62,8 +62,8 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
     return groups
 
 
-def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str) -> GenerateSpec:
-    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role)
+def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
+    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress)
 
 
 def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
@@ -106,11 +106,11 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         return cells
 
     cells = []
-    bar = _progress(todo, progress, run)
-    for key, reqs in bar:
+    bars = _Progress(todo, progress, run)
+    for key, reqs in bars.cells:
         try:
-            base = backend.generate(reqs, generate_spec(run, BASELINE, "baseline"))
-            spec = backend.generate(reqs, generate_spec(run, run.drafter, "spec"))
+            base = backend.generate(reqs, generate_spec(run, BASELINE, "baseline", bars.requests_done))
+            spec = backend.generate(reqs, generate_spec(run, run.drafter, "spec", bars.requests_done))
             cell = summarize(key, base, spec, warmup_s, device, n_gpus)
             steps = [to_row(s) | {"role": "baseline"} for s in base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in spec.steps]
@@ -120,16 +120,27 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
             cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus)
             store.write_cell(cell)
         cells.append(cell)
+    bars.close()
     return cells
 
 
-def _progress(items, enabled: bool, run: RunConfig):
-    if not enabled:
-        return items
-    from tqdm.auto import tqdm
+class _Progress:
+    """Two bars: cells, and requests (each cell runs its requests twice: baseline and speculative)."""
 
-    desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
-    return tqdm(items, desc=desc, unit="cell")
+    def __init__(self, todo, enabled: bool, run: RunConfig) -> None:
+        from tqdm.auto import tqdm
+
+        desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
+        self.cells = tqdm(todo, desc=desc, unit="cell", disable=not enabled, position=0)
+        total = 2 * sum(len(reqs) for _, reqs in todo)
+        self._requests = tqdm(total=total, desc="requests", unit="req", disable=not enabled, position=1, leave=False)
+
+    def requests_done(self, n: int) -> None:
+        self._requests.update(n)
+
+    def close(self) -> None:
+        self._requests.close()
+        self.cells.close()
 
 
 def failure_fraction(cells: list[CellResult]) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..config import DrafterConfig, RunConfig, SamplingConfig
 from ..records import Request, RequestRecord, StepRecord
@@ -24,6 +24,7 @@ class GenerateSpec:
     max_new_tokens: int
     ignore_eos: bool
     role: str  # "baseline" | "spec" | "warmup"
+    progress: Optional[Callable[[int], None]] = None  # called with the number of requests just finished
 
 
 @dataclass

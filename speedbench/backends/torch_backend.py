@@ -103,6 +103,9 @@ class TorchBackend(Backend):
             except Exception as exc:  # a failed batch is data; the cell goes on
                 records += [_failed(r, spec.role, exc) for r in batch]
                 continue
+            finally:
+                if spec.progress:
+                    spec.progress(len(batch))
             for b, req in enumerate(batch):
                 rec, st = _request_record(req, spec.role, [(out, i) for out, i in runs if i.get(b) is not None], b)
                 records.append(rec)
