@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..results import atomic_write_text, dumps
 from . import g1, g2, g3, g4, g5, render, summary
+from . import plots as plot_helpers
 from .common import Figure, Section
 from .load import ReportData, load
 from .modelling import ModelContext, resolve
@@ -25,13 +26,16 @@ def sections(data: ReportData, ctx: ModelContext, out: Path) -> list[Section]:
             g4.build(data, out), g5.build(data, out)]
 
 
-def build_report(paths, out_dir, hardware: str | None = None, title: str = "speedbench report") -> ReportFiles:
+def build_report(paths, out_dir, hardware: str | None = None, title: str = "speedbench report",
+                 plots: bool = True) -> ReportFiles:
+    """Render the report of ``paths`` (results folders) into ``out_dir``; ``plots=False`` skips the PNGs."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = load(paths)
     ctx = resolve(data, hardware)
-    secs = sections(data, ctx, out)
+    with plot_helpers.enabled(plots):
+        secs = sections(data, ctx, out)
     intro = [
         f"Generated {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} from "
         + ", ".join(f"`{r}`" for r in data.roots) + " by `speedbench report` (it reads the results store only; "

@@ -11,6 +11,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hardware", default=None,
                         help="hardware for the modelled shares (default: from provenance; table name, e.g. h200)")
     parser.add_argument("--title", default="speedbench report")
+    parser.add_argument("--no-plots", action="store_true", help="tables and text only")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def main(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(args.results[0]) / "report"
     try:
-        result = build_report(args.results, out, hardware=args.hardware, title=args.title)
+        result = build_report(args.results, out, hardware=args.hardware, title=args.title, plots=not args.no_plots)
     except FileNotFoundError as exc:
         print(f"speedbench report: {exc}")
         return 2

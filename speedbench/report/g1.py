@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import B, D, MEASURED, NEARLY_FREE, Section, setup_cols, spec_cells
+from .common import B, D, DERIVED, MEASURED, NEARLY_FREE, Section, setup_cols, spec_cells
 from .load import ReportData
 
 GEMM_KNEE = 0.8  # normalised TFLOP/s at which the GEMM counts as compute-bound
@@ -75,8 +75,9 @@ def build(data: ReportData, out: Path) -> Section:
                   {c: MEASURED for c in pivot.columns})
         free = nearly_free(ratios)
         sec.values["nearly_free"] = free.to_dict("records")
-        sec.table(free.rename(columns={B: "B"}), "Where verification stops being nearly free (measured).",
-                  {c: MEASURED for c in free.columns if "D" in c})
+        sec.table(free.rename(columns={B: "B"}), "Where verification stops being nearly free.",
+                  {"nearly free up to D": MEASURED, "stops being nearly free at D": MEASURED,
+                   "recommended D (G1)": DERIVED})
         series = [plots.Series(f"B={b}", list(g[D]), list(g["ratio"]))
                   for b, g in ratios.sort_values(D).groupby(B)]
         sec.figure(plots.lines(out / "g1_verify_ratio.png", series, plots.Axes(

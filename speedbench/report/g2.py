@@ -86,10 +86,10 @@ def build(data: ReportData, ctx: ModelContext) -> Section:
             bd = best_d.get(b, math.nan)
             mech = mine[mine[B] == b][MECH].iloc[0] if len(mine[mine[B] == b]) else "n/a"
             rows.append({"B": b, "measured best D": bd, "mechanism": mech, "D0": d0 if d0 is not None else math.nan,
-                         "attention share (modelled)": share, "verdict": verdict(bd, d0, ds, share)})
+                         "attention share, D=0": share, "verdict": verdict(bd, d0, ds, share)})
         if rows:
             frame = pd.DataFrame(rows)
             sec.values.setdefault("verdicts", {})[t.name] = frame.to_dict("records")
             sec.table(frame, "Does the measured best D agree with D0?",
-                      {"measured best D": MEASURED, "attention share (modelled)": MODELLED})
+                      {"measured best D": MEASURED, "attention share, D=0": MODELLED})
     return sec

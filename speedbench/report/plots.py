@@ -2,11 +2,25 @@
 left out of lines (gaps), never drawn as zeros. Titles say whether the data is measured or modelled."""
 from __future__ import annotations
 
+import contextlib
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .common import Figure
+
+ENABLED: ContextVar[bool] = ContextVar("speedbench_report_plots", default=True)
+
+
+@contextlib.contextmanager
+def enabled(on: bool):
+    """Turn plotting on or off (tables and text are unaffected) for the enclosed calls."""
+    token = ENABLED.set(on)
+    try:
+        yield
+    finally:
+        ENABLED.reset(token)
 
 
 @dataclass
@@ -15,7 +29,8 @@ class Series:
     x: list[float]
     y: list[float]
     style: str = "-o"  # matplotlib format string
-    kind: str = "measured"  # measured | modelled: modelled series are drawn dashed if no style given
+    kind: str = "measured"  # measured | modelled (say so in the label too)
+    color: str | None = None  # matplotlib colour; one per mechanism keeps a mechanism's curves together
 
 
 @dataclass
@@ -75,20 +90,20 @@ def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
 
 def lines(path: Path, series: list[Series], axes: Axes, caption: str) -> Figure | None:
     series = [s for s in series if _clean(s.x, s.y)[0]]
-    if not series:
+    if not series or not ENABLED.get():
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for s in series:
         xs, ys = _clean(s.x, s.y)
-        ax.plot(xs, ys, s.style, label=s.label, ms=4, lw=1.3)
+        ax.plot(xs, ys, s.style, label=s.label, ms=4, lw=1.3, color=s.color)
     return _finish(plt, fig, ax, axes, path, caption)
 
 
 def pareto(path: Path, groups: dict[str, tuple[list[float], list[float], str]], axes: Axes, caption: str) -> Figure | None:
     """Scatter of (x, y) per group plus each group's upper-right frontier (higher is better on both)."""
     groups = {k: v for k, v in groups.items() if _clean(v[0], v[1])[0]}
-    if not groups:
+    if not groups or not ENABLED.get():
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -114,7 +129,7 @@ def frontier(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]
 
 def bars(path: Path, categories: list[str], groups: dict[str, list[float]], axes: Axes, caption: str) -> Figure | None:
     """Grouped bars: one group of bars per category; NaN bars are left out and marked n/a."""
-    if not categories or not groups or not any(_ok(v) for vals in groups.values() for v in vals):
+    if not ENABLED.get() or not categories or not groups or not any(_ok(v) for vals in groups.values() for v in vals):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(categories) * max(1, len(groups)) ** 0.5), 4.0))
