@@ -175,6 +175,10 @@ def main(args: argparse.Namespace) -> int:
         paths = [(p.get("config") or {}).get("drafter", {}).get("model") for p in data.provenance]
         path = next((x for x in paths if x), None)
         draft_shape = load_shape(path, args.dtype) if path else None
+    notes = []
+    if "draft_model" in mechs and draft_shape is None and not args.mechanisms:
+        mechs = tuple(m for m in mechs if m != "draft_model")
+        notes.append("draft_model left out: its config is not in the results' provenance; pass --draft-config")
     k = args.layer_skip_layers or max(1, target.n_layers // 4)
     try:
         drafts = {m: cm.DraftSpec(m, draft_shape if m == "draft_model" else None, k) for m in mechs}
@@ -202,9 +206,10 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"target": asdict(target), "hardware": asdict(hw), "alpha": alpha, "alpha_source": source,
                           "calibration": asdict(calib) if calib else None, "best": [asdict(b) for b in best],
-                          "recommendation": {b: (asdict(r) if r else None) for b, r in rec.items()}}, indent=2, default=str))
+                          "recommendation": {b: (asdict(r) if r else None) for b, r in rec.items()},
+                          "notes": notes}, indent=2, default=str))
         return 0
-    print(render(target, hw, work, source, calib, best, rec))
+    print("\n".join([render(target, hw, work, source, calib, best, rec), *notes]))
     return 0
 
 
