@@ -84,7 +84,7 @@ def run_gemm(args) -> "pd.DataFrame":  # noqa: F821
     for m in sorted({m for m, _, _ in pairs}):
         x = torch.randn(m, args.k, generator=gen).to(device=device, dtype=dtype)
         with torch.inference_mode():
-            measured[m] = time_call(lambda: F.linear(x, w), device, args.warmup, args.repeats)
+            measured[m] = time_call(lambda x=x: F.linear(x, w), device, args.warmup, args.repeats)
     rows = []
     for m, b, d in pairs:
         t, spread = measured[m]
@@ -113,7 +113,7 @@ def run_attention(args) -> "pd.DataFrame":  # noqa: F821
     for qpk, d in points:
         q = torch.randn(args.batch, args.kv_heads, qpk, args.head_dim, generator=gen).to(device=device, dtype=dtype)
         with torch.inference_mode():
-            t, spread = time_call(lambda: F.scaled_dot_product_attention(q, k, v), device, args.warmup, args.repeats)
+            t, spread = time_call(lambda q=q: F.scaled_dot_product_attention(q, k, v), device, args.warmup, args.repeats)
         rows.append(dict(queries_per_kv_head=qpk, group=args.group, depth=d, tiles=math.ceil(qpk / TILE),
                          context=args.context, batch=args.batch, kv_heads=args.kv_heads, head_dim=args.head_dim,
                          time_s=t, time_iqr_s=spread))
@@ -156,7 +156,7 @@ def run_verify(args) -> "pd.DataFrame":  # noqa: F821
             for d in depths:
                 toks = torch.randint(0, vocab, (batch, 1 + d), generator=gen).to(device)
 
-                def step():
+                def step(toks=toks, base_lens=base_lens):
                     lm.forward(toks)
                     lm.truncate(base_lens)
 
