@@ -81,7 +81,7 @@ def build(data: ReportData, out: Path) -> Section:
         series = [plots.Series(f"B={b}", list(g[D]), list(g["ratio"]))
                   for b, g in ratios.sort_values(D).groupby(B)]
         sec.figure(plots.lines(out / "g1_verify_ratio.png", series, plots.Axes(
-            "draft length D", "T_verif(B(1+D)) / T_verif(B)", "G1: verification cost vs D (measured)",
+            "draft length D", "T_verif(B(1+D)) / T_verif(B)", "G1: verification cost vs D (measured)", integer_x=True,
             hlines=[(1.0, ""), (NEARLY_FREE, f"nearly free ({NEARLY_FREE:g})")]), "Verification cost ratio vs D per batch size."))
     _gemm(sec, data, out)
     _verify_microbench(sec, data, out)
@@ -127,5 +127,5 @@ def _verify_microbench(sec: Section, data: ReportData, out: Path) -> None:
     sec.table(pivot.reset_index().rename(columns={"depth": "D"}), "", {c: MEASURED for c in pivot.columns})
     series = [plots.Series(f"B={b}", list(g["depth"]), list(g["ratio"])) for b, g in ver.sort_values("depth").groupby("batch")]
     sec.figure(plots.lines(out / "g1_verify_microbench.png", series, plots.Axes(
-        "draft length D", "T_verif(B(1+D)) / T_verif(B)", "G1: engine verification sweep (measured)",
+        "draft length D", "T_verif(B(1+D)) / T_verif(B)", "G1: engine verification sweep (measured)", integer_x=True,
         hlines=[(NEARLY_FREE, f"nearly free ({NEARLY_FREE:g})")]), "Engine verification sweep."))

@@ -93,5 +93,5 @@ def build(data: ReportData, out: Path) -> Section:
         series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c))
     sec.figure(plots.lines(out / "g4_low_latency.png", series, plots.Axes(
         "draft length D", "tokens per iteration / speedup", f"G4: AL and AL/(1+rho D) at B = {LOW_B}",
-        hlines=[(1.0, "")]), "AL(D), AL/(1+rho D) and the measured speedup at B = 1."))
+        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1."))
     return sec

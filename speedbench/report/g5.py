@@ -96,15 +96,18 @@ def _mean_lists(lists) -> list[float]:
 def _per_position(spec: pd.DataFrame, out: Path):
     b_min = spec[B].min()
     series = []
-    for mech, grp in spec[spec[B] == b_min].groupby(MECH):
+    for i, (mech, grp) in enumerate(spec[spec[B] == b_min].groupby(MECH)):
         d_max = grp[D].max()
         cells = grp[grp[D] == d_max]
         uncond, cond = _mean_lists(cells["accepted_per_pos"]), _mean_lists(cells["accepted_per_pos_cond"])
-        ks = list(range(1, len(uncond) + 1))
-        series.append(plots.Series(f"{mech} D={d_max}: P(first k accepted)", ks, uncond, "-o"))
-        series.append(plots.Series(f"{mech} D={d_max}: P(k-th | first k-1)", list(range(1, len(cond) + 1)), cond, "--s"))
+        c = f"C{i % 10}"
+        series.append(plots.Series(f"{mech} D={d_max}: P(first k accepted)", list(range(1, len(uncond) + 1)), uncond,
+                                   "-o", color=c))
+        series.append(plots.Series(f"{mech} D={d_max}: P(k-th | first k-1)", list(range(1, len(cond) + 1)), cond,
+                                   "--s", color=c))
     return plots.lines(out / "g5_per_position.png", series, plots.Axes(
-        "draft position k", "acceptance probability", f"G5: per-position acceptance at B = {b_min} (measured)"),
+        "draft position k", "acceptance probability", f"G5: per-position acceptance at B = {b_min} (measured)",
+        integer_x=True),
         "Per-position acceptance (mean over categories) of each mechanism at its largest measured D.")
 
 

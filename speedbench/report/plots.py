@@ -40,6 +40,7 @@ class Axes:
     title: str
     logx: bool = False
     logy: bool = False
+    integer_x: bool = False  # draft lengths and positions: integer ticks only
     hlines: list[tuple[float, str]] = field(default_factory=list)
     vlines: list[tuple[float, str]] = field(default_factory=list)
 
@@ -77,6 +78,10 @@ def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
         ax.set_xscale("log", base=2)
     if axes.logy:
         ax.set_yscale("log")
+    if axes.integer_x:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     if handles:
