@@ -118,8 +118,9 @@ def _random_preset(preset: str) -> dict[str, Any]:
     return {**RANDOM_PRESETS[preset], "vocab_size": 256 + len(BYTE_SPECIALS)}
 
 
-def load_config_dict(spec: str) -> dict[str, Any]:
-    """The config dict for a preset name, ``random:PRESET``, ``builtin:NAME``, a config.json or a model folder."""
+def load_config_dict(spec: str, allow_hub: bool = True) -> dict[str, Any]:
+    """The config dict for a preset name, ``random:PRESET``, ``builtin:NAME``, a config.json or a model folder;
+    else a hub id's config (from the local cache only unless ``allow_hub``)."""
     if spec in SHAPE_PRESETS:
         return dict(SHAPE_PRESETS[spec])
     if spec.startswith("random:"):
@@ -134,10 +135,10 @@ def load_config_dict(spec: str) -> dict[str, Any]:
         p = p / "config.json"
     if p.is_file():
         return json.loads(p.read_text())
-    try:  # a hub id: the config only (reaches the hub when the machine can)
+    try:  # a hub id: the config only (reaches the hub when allowed and the machine can)
         from transformers import AutoConfig
 
-        return AutoConfig.from_pretrained(spec).to_dict()
+        return AutoConfig.from_pretrained(spec, local_files_only=not allow_hub).to_dict()
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
         raise FileNotFoundError(
             f"cannot read a model config from {spec!r} (not a preset {sorted(SHAPE_PRESETS)}, "
@@ -145,6 +146,6 @@ def load_config_dict(spec: str) -> dict[str, Any]:
         ) from None
 
 
-def load_shape(spec: str, dtype: str | None = None, name: str | None = None) -> ModelShape:
-    cfg = load_config_dict(spec)
+def load_shape(spec: str, dtype: str | None = None, name: str | None = None, allow_hub: bool = True) -> ModelShape:
+    cfg = load_config_dict(spec, allow_hub)
     return from_config(cfg, name or spec, DTYPE_BYTES.get(dtype) if dtype else None)

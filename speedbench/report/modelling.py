@@ -39,7 +39,8 @@ def resolve(data: ReportData, hardware_name: str | None = None) -> ModelContext:
             targets.append(TargetShape(name, None, None, "no target path in provenance.json"))
             continue
         try:
-            targets.append(TargetShape(name, path, load_shape(path, info.dtype if info else None, name)))
+            # a hub id is read from the local cache only: the report never reaches the network
+            targets.append(TargetShape(name, path, load_shape(path, info.dtype if info else None, name, allow_hub=False)))
         except (OSError, KeyError, ValueError) as exc:
             targets.append(TargetShape(name, path, None, f"{type(exc).__name__}: {exc}"))
     if hardware_name:

@@ -61,6 +61,14 @@ def build(data: ReportData) -> Section:
     sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (mean over categories), "
              "with the caveats that apply. A pick of `none` means no measured configuration beat plain decoding.")
     sec.table(picks, "", {"speedup": MEASURED, "AL": MEASURED, "predicted": DERIVED})
+    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "speedup",
+                                            "speedup_predicted", "greedy_match_rate"] if c in spec]
+    sec.text(f"### All cells ({len(spec)})")
+    sec.table(spec[cols].sort_values([MECH, D, B, "category"]).rename(columns={
+        "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
+        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
+        {"context bucket": {"": "(none)"}}), "",
+        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
     _failed(sec, failed)
     return sec
 
