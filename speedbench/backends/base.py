@@ -59,3 +59,4 @@ class Backend(ABC):
 
 BACKENDS: Registry[type[Backend]] = Registry("backend")
 BACKENDS.register("torch", "speedbench.backends.torch_backend:TorchBackend")
+BACKENDS.register("synthetic", "speedbench.backends.synthetic:SyntheticBackend")

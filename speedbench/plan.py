@@ -1,0 +1,251 @@
+"""``speedbench plan``: recommended draft length per batch size and mechanism, without a model.
+
+The cost model (``costmodel``) gives T_verif and T_draft for the described target, hardware
+and context; a geometric acceptance model AL(D) = (1 - alpha^(D+1)) / (1 - alpha) gives the
+acceptance (alpha from the user, or fitted per mechanism from a results folder); the general
+speedup formula picks the best D. With ``--results`` the model is also calibrated: one scale
+factor fitted between modelled and measured T_verif (applied when the results were measured
+on the hardware being planned, or always with ``--calibrate always``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, replace
+
+from . import costmodel as cm
+from .hardware import Hardware
+from .shapes import ModelShape
+
+DEFAULT_MECHANISMS = ("ngram", "eagle3", "layer_skip", "dflash")
+TIE = 0.01  # relative speedup within which the smaller D is preferred
+
+
+@dataclass(frozen=True)
+class Workload:
+    batches: tuple[int, ...]
+    context: float
+    mechanisms: tuple[str, ...]
+    alpha: dict  # mechanism -> per-token acceptance
+    d_max: int = 16
+
+
+@dataclass(frozen=True)
+class Calibration:
+    scale: float
+    spread: float  # max relative deviation of single cells from the fitted scale
+    n_points: int
+    applied: bool
+    why: str
+
+
+def sweep(target: ModelShape, hw: Hardware, work: Workload, drafts: dict, p: cm.CostParams) -> list[cm.Prediction]:
+    """Every (B, mechanism, D) of the workload, D = 1..d_max."""
+    out = []
+    for batch in work.batches:
+        for mech in work.mechanisms:
+            alpha = work.alpha.get(mech, work.alpha.get("*", math.nan))
+            for depth in range(1, work.d_max + 1):
+                al = cm.al_geometric(alpha, depth) if not math.isnan(alpha) else math.nan
+                out.append(cm.predict(target, drafts[mech], hw, batch, depth, work.context, al, p))
+    return out
+
+
+def best_per(preds: list[cm.Prediction]) -> list[cm.Prediction]:
+    """The best D per (B, mechanism) by predicted speedup (the smallest D within 1% of the best),
+    among points whose KV cache fits."""
+    groups: dict[tuple[int, str], list[cm.Prediction]] = {}
+    for pr in preds:
+        groups.setdefault((pr.batch, pr.mechanism), []).append(pr)
+    out = []
+    for _, rows in sorted(groups.items()):
+        fit = [r for r in rows if r.kv_fits and not math.isnan(r.speedup)] or rows
+        top = max((r.speedup for r in fit if not math.isnan(r.speedup)), default=math.nan)
+        if math.isnan(top):
+            out.append(min(fit, key=lambda r: r.depth))
+            continue
+        # the smallest D within TIE of the best: a larger D that buys < 1% is not worth its risk
+        out.append(min((r for r in fit if r.speedup >= top * (1 - TIE)), key=lambda r: r.depth))
+    return out
+
+
+def recommend(best: list[cm.Prediction]) -> dict[int, cm.Prediction | None]:
+    """Per batch size the best mechanism and D; None when no speculation is predicted to pay."""
+    out: dict[int, cm.Prediction | None] = {}
+    for pr in best:
+        cur = out.get(pr.batch)
+        good = pr.kv_fits and pr.speedup > 1.0
+        if good and (cur is None or pr.speedup > cur.speedup):
+            out[pr.batch] = pr
+        else:
+            out.setdefault(pr.batch, None)
+    return out
+
+
+def alphas_from_results(ok_cells) -> dict[str, float]:
+    """alpha per method fitted to the measured AL(D) (mean over categories, batch sizes)."""
+    out = {}
+    for method, grp in ok_cells[ok_cells["num_speculative_tokens"] > 0].groupby("method"):
+        pts = grp.groupby("num_speculative_tokens")["al"].mean()
+        out[str(method)] = cm.fit_alpha([(int(d), float(a)) for d, a in pts.items()])
+    return out
+
+
+def calibrate_from_results(data, target: ModelShape, hw: Hardware, context: float, mode: str,
+                           p: cm.CostParams) -> Calibration:
+    from .hardware import match_device_name
+
+    ok = data.ok
+    points = []
+    for _, c in ok.iterrows():
+        ctx = c.get("context_tokens", math.nan)
+        ctx = context if ctx is None or math.isnan(ctx) else float(ctx)
+        points.append((int(c.batch_size), int(c.num_speculative_tokens), ctx, float(c.t_verify_ms)))
+        points.append((int(c.batch_size), 0, ctx, float(c.t_verify_ms_baseline)))
+    scale, spread = cm.calibrate(target, hw, points, p)
+    measured_on = {(match_device_name(d).name if match_device_name(d) else d) for d in data.device_names}
+    same = hw.name in measured_on or (hw.name == "cpu" and "cpu" in measured_on)
+    if mode == "never" or not points:
+        return Calibration(scale, spread, len(points), False, "calibration off" if points else "no measured cells")
+    if mode == "auto" and not same:
+        return Calibration(scale, spread, len(points), False,
+                           f"results measured on {sorted(measured_on) or ['?']}, planning {hw.name}; use --calibrate always to apply")
+    return Calibration(scale, spread, len(points), True, f"fitted on {len(points)} measured T_verif points")
+
+
+def _parse_alpha(text: str | None, mechanisms: tuple[str, ...]) -> dict[str, float]:
+    if not text:
+        return {}
+    if "=" not in text:
+        return {"*": float(text)}
+    out = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        out[k.strip()] = float(v)
+    return out
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_argument_group("target")
+    src.add_argument("--config", help="the target's config.json (or model folder, builtin:NAME, random:PRESET)")
+    src.add_argument("--model-shape", help="a shape preset (see speedbench.shapes.SHAPE_PRESETS), e.g. llama-3.1-8b")
+    src.add_argument("--dtype", default=None, help="weights/KV dtype (default: the config's, else bfloat16)")
+    parser.add_argument("--hardware", default="h200", help="h100-sxm, h200, b200, a100-80gb, l40s, or cpu (calibrated here)")
+    parser.add_argument("--batch", default="1,8,64", help="comma-separated batch sizes (default 1,8,64)")
+    parser.add_argument("--context", type=float, default=1024, help="context tokens per sequence while decoding")
+    parser.add_argument("--mechanisms", default=None, help=f"comma-separated (default {','.join(DEFAULT_MECHANISMS)}"
+                        " plus draft_model with --draft-config; with --results: the measured methods)")
+    parser.add_argument("--alpha", default=None, help="per-token acceptance: 0.8, or per mechanism ngram=0.5,eagle3=0.8")
+    parser.add_argument("--results", action="append", default=[], help="results folder: fit alpha and calibrate")
+    parser.add_argument("--calibrate", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--draft-config", help="draft_model: the draft's config.json / preset / random:PRESET")
+    parser.add_argument("--layer-skip-layers", type=int, default=None, help="layer_skip: target layers drafting (default L/4)")
+    parser.add_argument("--d-max", type=int, default=16, help="largest D considered (default 16)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import hardware
+    from .shapes import load_shape
+
+    data = None
+    if args.results:
+        from .report.load import load
+
+        data = load(args.results)
+    spec = args.config or args.model_shape
+    if not spec and data is not None:
+        spec = next((t.path for t in data.targets.values() if t.path), None)
+        args.dtype = args.dtype or next((t.dtype for t in data.targets.values() if t.dtype), None)
+    if not spec:
+        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)")
+        return 2
+    target = load_shape(spec, args.dtype)
+    hw = hardware.get(args.hardware)
+    batches = tuple(int(b) for b in str(args.batch).split(",") if b.strip())
+    if args.mechanisms:
+        mechs = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
+    elif data is not None and not data.ok.empty:
+        mechs = tuple(sorted(set(data.ok["method"]) - {"none"}))
+    else:
+        mechs = DEFAULT_MECHANISMS + (("draft_model",) if args.draft_config else ())
+    draft_shape = load_shape(args.draft_config, args.dtype) if args.draft_config else None
+    if "draft_model" in mechs and draft_shape is None and data is not None:
+        paths = [(p.get("config") or {}).get("drafter", {}).get("model") for p in data.provenance]
+        path = next((x for x in paths if x), None)
+        draft_shape = load_shape(path, args.dtype) if path else None
+    notes = []
+    if "draft_model" in mechs and draft_shape is None and not args.mechanisms:
+        mechs = tuple(m for m in mechs if m != "draft_model")
+        notes.append("draft_model left out: its config is not in the results' provenance; pass --draft-config")
+    k = args.layer_skip_layers or max(1, target.n_layers // 4)
+    try:
+        drafts = {m: cm.DraftSpec(m, draft_shape if m == "draft_model" else None, k) for m in mechs}
+    except ValueError as exc:
+        print(f"speedbench plan: {exc}")
+        return 2
+    alpha = _parse_alpha(args.alpha, mechs)
+    source = {m: "user" for m in mechs if m in alpha}
+    p = cm.CostParams()
+    calib = None
+    if data is not None and not data.ok.empty:
+        for m, a in alphas_from_results(data.ok).items():
+            if m in mechs and m not in alpha and not math.isnan(a):
+                alpha[m], source[m] = a, "fitted from results"
+        calib = calibrate_from_results(data, target, hw, args.context, args.calibrate, p)
+        if calib.applied:
+            p = replace(p, scale=calib.scale)
+    for m in mechs:
+        if m not in alpha:
+            alpha[m] = alpha.get("*", 0.7)
+            source[m] = "user" if "*" in alpha and args.alpha else "default 0.7 (no --alpha given)"
+    work = Workload(batches, args.context, mechs, alpha, args.d_max)
+    best = best_per(sweep(target, hw, work, drafts, p))
+    rec = recommend(best)
+    if args.json:
+        print(json.dumps({"target": asdict(target), "hardware": asdict(hw), "alpha": alpha, "alpha_source": source,
+                          "calibration": asdict(calib) if calib else None, "best": [asdict(b) for b in best],
+                          "recommendation": {b: (asdict(r) if r else None) for b, r in rec.items()},
+                          "notes": notes}, indent=2, default=str))
+        return 0
+    print("\n".join([render(target, hw, work, source, calib, best, rec), *notes]))
+    return 0
+
+
+def render(target, hw, work, source, calib, best, rec) -> str:
+    kind = f"MoE {target.n_experts}x top-{target.experts_per_tok}" if target.is_moe else "dense"
+    lines = [
+        "speedbench plan -- every number below is MODELLED (roofline cost model + geometric acceptance), not measured",
+        f"target {target.name}: {target.n_layers} layers, hidden {target.hidden}, G = {target.group} ({kind}); "
+        f"hardware {hw.name} ({hw.source}: {hw.peak_flops / 1e12:.3g} TFLOP/s, {hw.mem_bw / 1e9:.4g} GB/s); "
+        f"context {work.context:g} tokens",
+        "acceptance alpha: " + ", ".join(f"{m}={work.alpha[m]:.3f} ({source[m]})" for m in work.mechanisms),
+    ]
+    if calib is not None:
+        state = "applied" if calib.applied else "NOT applied"
+        lines.append(f"calibration: scale {calib.scale:.3g} (spread {calib.spread:.0%}) {state}: {calib.why}")
+    lines.append("")
+    head = f"{'B':>5} {'mechanism':<12} {'D*':>3} {'AL':>5} {'speedup':>8} {'AL/(1+rhoD)':>11} {'Tver(B)ms':>10} " \
+           f"{'Tver(B(1+D))ms':>14} {'Tdraft ms':>9} {'rho':>6} {'attn%':>6} fits"
+    lines += [head, "-" * len(head)]
+    for b in best:
+        lines.append(
+            f"{b.batch:>5} {b.mechanism:<12} {b.depth:>3} {b.al:>5.2f} {b.speedup:>7.2f}x {b.speedup_low_latency:>10.2f}x "
+            f"{b.t_verify_base_s * 1e3:>10.3g} {b.t_verify_s * 1e3:>14.3g} {b.t_draft_s * 1e3:>9.3g} {b.rho:>6.3f} "
+            f"{b.attention_share * 100:>5.0f}% {'yes' if b.kv_fits else 'NO'}"
+        )
+    lines += ["", "Recommendation (modelled):"]
+    for batch, r in rec.items():
+        if r is None:
+            lines.append(f"  B={batch}: no speculation -- no mechanism is predicted to beat plain decoding")
+        else:
+            lines.append(f"  B={batch}: {r.mechanism} with D={r.depth} (predicted {r.speedup:.2f}x, AL {r.al:.2f})")
+    g = target.group
+    d0 = cm.d0(g)
+    lines.append(
+        f"G2/G3: G = {g}: D0 = 128/G - 1 = {d0 if d0 is not None else 'n/a (< 1)'}; above it prefer D in "
+        f"{cm.tile_aligned_depths(g, 3)} (G(1+D) a multiple of 128) when attention dominates."
+    )
+    lines.append("Measure before you trust this: `speedbench run` on your workload, then `speedbench report`.")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Results folder(s) -> report.md, report.html (self-contained), report.json and PNG plots."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..results import atomic_write_text, dumps
+from . import g1, g2, g3, g4, g5, render, summary
+from . import plots as plot_helpers
+from .common import Figure, Section
+from .load import ReportData, load
+from .modelling import ModelContext, resolve
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown: Path
+    html: Path
+    json: Path
+    plots: tuple[Path, ...]
+
+
+def sections(data: ReportData, ctx: ModelContext, out: Path) -> list[Section]:
+    return [summary.build(data), g1.build(data, out), g2.build(data, ctx), g3.build(data, ctx, out),
+            g4.build(data, out), g5.build(data, out)]
+
+
+def build_report(paths, out_dir, hardware: str | None = None, title: str = "speedbench report",
+                 plots: bool = True) -> ReportFiles:
+    """Render the report of ``paths`` (results folders) into ``out_dir``; ``plots=False`` skips the PNGs."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = load(paths)
+    ctx = resolve(data, hardware)
+    with plot_helpers.enabled(plots):
+        secs = sections(data, ctx, out)
+    intro = [
+        f"Generated {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} from "
+        + ", ".join(f"`{r}`" for r in data.roots) + " by `speedbench report` (it reads the results store only; "
+        "nothing was run to make it).",
+        f"Modelled numbers use {ctx.hw_note}.",
+    ]
+    md = out / "report.md"
+    atomic_write_text(md, render.markdown(title, intro, secs))
+    page = out / "report.html"
+    atomic_write_text(page, render.html_page(title, intro, secs))
+    js = out / "report.json"
+    atomic_write_text(js, dumps({s.key: s.values for s in secs}))
+    pngs = tuple(b.path for s in secs for b in s.blocks if isinstance(b, Figure))
+    return ReportFiles(md, page, js, pngs)

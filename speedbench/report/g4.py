@@ -1,0 +1,97 @@
+"""G4: at the low-latency end (B = 1), raise D only while AL pays for the draft cost.
+
+rho = per-draft-token time / target step time = (t_draft_ms / D) / t_verify_ms_baseline, from
+the cells at B = 1 (measured; median over the mechanism's cells). The modelled low-latency
+speedup AL/(1 + rho D) uses the measured AL(D); the D maximising it is where the marginal AL
+stops paying for the draft cost. The measured speedup stands beside it.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from . import plots
+from .common import B, D, DERIVED, MEASURED, MECH, Section, finite, per_config, setup_cols, spec_cells
+from .load import ReportData
+
+LOW_B = 1
+
+
+def rho_per_mechanism(cells: pd.DataFrame) -> pd.Series:
+    """Median over a mechanism's B=1 cells of (t_draft_ms / D) / t_verify_ms_baseline."""
+    rho = (cells["t_draft_ms"] / cells[D]) / cells["t_verify_ms_baseline"]
+    return rho.groupby(cells[MECH]).median()
+
+
+def curves(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per (mechanism, D) at B=1: AL, measured speedup, rho, AL/(1+rho D)."""
+    conf = per_config(cells, ["al", "speedup"])
+    rho = rho_per_mechanism(cells)
+    conf["rho"] = conf[MECH].map(rho)
+    conf["al_over_cost"] = conf["al"] / (1 + conf["rho"] * conf[D])
+    return conf
+
+
+def build(data: ReportData, out: Path) -> Section:
+    sec = Section("g4", "G4 - low latency (B = 1): raise D only while AL pays for the draft")
+    sec.text("At B = 1 verification barely grows with D; what limits D is the draft cost. rho = (draft time per "
+             "draft token) / (target step time) is **measured**; AL(D) is **measured**; AL/(1 + rho D) is **modelled "
+             "from measured times**; the measured speedup stands beside it.")
+    spec = spec_cells(data.ok)
+    cells = spec[spec[B] == LOW_B] if not spec.empty else spec
+    if cells.empty:
+        sec.text(f"No speculative cell at B = {LOW_B}: n/a.")
+        return sec
+    if setup_cols(cells):
+        sec.text(f"Note: several setups ({', '.join(setup_cols(cells))}) are pooled per mechanism here.")
+    conf = curves(cells)
+    rows = []
+    for mech, grp in conf.groupby(MECH):
+        grp = grp.sort_values(D)
+        have = grp.dropna(subset=["al_over_cost"])
+        d_star = int(have.loc[have["al_over_cost"].idxmax(), D]) if len(have) else math.nan
+        meas = grp.dropna(subset=["speedup"])
+        d_meas = int(meas.loc[meas["speedup"].idxmax(), D]) if len(meas) else math.nan
+        rows.append({"mechanism": mech, "rho": grp["rho"].iloc[0],
+                     "D where AL stops paying (max AL/(1+rho D))": d_star,
+                     "AL/(1+rho D) there": have["al_over_cost"].max() if len(have) else math.nan,
+                     "measured best D": d_meas, "measured speedup there": meas["speedup"].max() if len(meas) else math.nan})
+    summary = pd.DataFrame(rows)
+    sec.values["summary"] = summary.to_dict("records")
+    sec.values["curves"] = conf.to_dict("records")
+    sec.table(summary, f"Per mechanism at B = {LOW_B}.",
+              {"rho": MEASURED, "D where AL stops paying (max AL/(1+rho D))": DERIVED, "AL/(1+rho D) there": DERIVED,
+               "measured best D": MEASURED, "measured speedup there": MEASURED})
+    table = conf[[MECH, D, "al", "rho", "al_over_cost", "speedup"]].rename(columns={
+        MECH: "mechanism", D: "D", "al": "AL", "al_over_cost": "AL/(1+rho D)", "speedup": "measured speedup"})
+    sec.table(table, "AL(D), the modelled low-latency speedup and the measured speedup.",
+              {"AL": MEASURED, "rho": MEASURED, "AL/(1+rho D)": DERIVED, "measured speedup": MEASURED})
+    growth = (cells["t_verify_ms"] / cells["t_verify_ms_baseline"]).groupby(cells[D]).median()
+    lines = []
+    for r in rows:
+        d_star, d_meas = r["D where AL stops paying (max AL/(1+rho D))"], r["measured best D"]
+        if not (finite(d_star) and finite(d_meas)):
+            continue
+        if d_star == d_meas:
+            why = "they agree"
+        else:
+            g = growth.get(max(d_star, d_meas), math.nan)
+            why = ("they differ: AL/(1+rho D) assumes verification does not grow with D, but T_verif(1+D)/T_verif(1) = "
+                   f"{g:.2f} at D = {max(d_star, d_meas)} (measured)" if finite(g) and g > 1.05
+                   else "they differ: time outside draft and verification (loop overhead) or noise")
+        lines.append(f"- {r['mechanism']}: rho = {r['rho']:.3g}; AL/(1+rho D) peaks at D = {d_star}, "
+                     f"the measured speedup at D = {d_meas} ({why}).")
+    if lines:
+        sec.text("\n".join(lines))
+    series = []
+    for i, (mech, grp) in enumerate(conf.sort_values(D).groupby(MECH)):
+        c = f"C{i % 10}"
+        series.append(plots.Series(f"{mech}: AL (measured)", list(grp[D]), list(grp["al"]), "-o", color=c))
+        series.append(plots.Series(f"{mech}: AL/(1+rho D) (modelled)", list(grp[D]), list(grp["al_over_cost"]), "--s", color=c))
+        series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c))
+    sec.figure(plots.lines(out / "g4_low_latency.png", series, plots.Axes(
+        "draft length D", "tokens per iteration / speedup", f"G4: AL and AL/(1+rho D) at B = {LOW_B}",
+        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1."))
+    return sec

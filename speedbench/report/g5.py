@@ -1,0 +1,129 @@
+"""G5: choose the mechanism by measured speedup on the real workload, per category, context and batch.
+
+Mechanisms, categories and context buckets are whatever the cells hold (columns, not lists).
+A mechanism's score in a slice is its best measured speedup over the draft lengths measured
+there; a mechanism with no cell in a slice shows n/a.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import plots
+from .common import B, D, MEASURED, MECH, Section, per_config, spec_cells
+
+
+def ranking(spec: pd.DataFrame) -> pd.DataFrame:
+    """Per (B, mechanism): best D by mean speedup over categories; ranked within B."""
+    conf = per_config(spec, ["speedup", "al", "t_draft_ms"]).dropna(subset=["speedup"])
+    if conf.empty:
+        return pd.DataFrame(columns=["B", "rank", "mechanism", "best D", "speedup", "AL", "draft ms"])
+    idx = conf.groupby([B, MECH])["speedup"].idxmax()
+    best = conf.loc[idx.values].sort_values([B, "speedup"], ascending=[True, False])
+    best["rank"] = best.groupby(B).cumcount() + 1
+    return best.rename(columns={B: "B", MECH: "mechanism", D: "best D", "al": "AL", "t_draft_ms": "draft ms"})[
+        ["B", "rank", "mechanism", "best D", "speedup", "AL", "draft ms"]]
+
+
+def slice_pivot(spec: pd.DataFrame, batch: int, by: str, mechanisms: list[str]) -> pd.DataFrame:
+    """Rows = values of ``by`` (category or context_bucket), columns = every mechanism; best speedup over D."""
+    cells = spec[spec[B] == batch]
+    rows_all = sorted(spec[by].astype(str).unique())
+    per = cells.groupby([by, MECH, D])["speedup"].mean().reset_index()  # mean over the other slice dimension
+    best = per.groupby([by, MECH])["speedup"].max().unstack(MECH) if len(per) else pd.DataFrame()
+    best = best.reindex(index=rows_all, columns=mechanisms)  # absent = NaN = n/a, never 0
+    best.index.name = by
+    best["winner"] = [row.idxmax() if row.notna().any() else "n/a" for _, row in best[mechanisms].iterrows()]
+    return best.reset_index().rename(columns={by: "context bucket" if by == "context_bucket" else by})
+
+
+def build(data, out: Path) -> Section:
+    sec = Section("g5", "G5 - choose the mechanism by measured speedup")
+    sec.text("Mechanisms ranked by **measured** decode speedup: per batch size (mean over categories), per category "
+             "and per context bucket (best D in each slice). n/a = not measured there.")
+    spec = spec_cells(data.ok)
+    if spec.empty:
+        sec.text("No speculative cell: n/a.")
+        return sec
+    spec = spec.assign(context_bucket=spec["context_bucket"].fillna("").replace("", "(all)"))
+    mechanisms = sorted(spec[MECH].unique())
+    rank = ranking(spec)
+    sec.values["ranking"] = rank.to_dict("records")
+    sec.table(rank, "Ranking per batch size.", {"speedup": MEASURED, "AL": MEASURED, "draft ms": MEASURED})
+    for batch in sorted(spec[B].unique()):
+        cat = slice_pivot(spec, batch, "category", mechanisms)
+        sec.values.setdefault("by_category", {})[int(batch)] = cat.to_dict("records")
+        sec.table(cat, f"B = {batch}: best measured speedup per category.", {m: MEASURED for m in mechanisms})
+        if spec["context_bucket"].nunique() > 1:
+            buck = slice_pivot(spec, batch, "context_bucket", mechanisms)
+            sec.values.setdefault("by_bucket", {})[int(batch)] = buck.to_dict("records")
+            sec.table(buck, f"B = {batch}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
+    if spec["context_bucket"].nunique() <= 1:
+        sec.text("One context bucket only: no per-context ranking.")
+    sec.figure(_pareto(data.ok, spec, out))
+    sec.figure(_per_position(spec, out))
+    sec.figure(_al_by_category(spec, mechanisms, out))
+    return sec
+
+
+def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):
+    base = ok.groupby(B)[["tokens_per_s_user_baseline", "tokens_per_s_per_gpu_baseline"]].mean()
+    groups = {"no speculation": (list(base["tokens_per_s_user_baseline"]), list(base["tokens_per_s_per_gpu_baseline"]), "s")}
+    conf = per_config(spec, ["tokens_per_s_user_spec", "tokens_per_s_per_gpu_spec"])
+    markers = "o^vD<>phx*"
+    for i, (mech, grp) in enumerate(conf.groupby(MECH)):
+        groups[f"{mech} (all D)"] = (list(grp["tokens_per_s_user_spec"]), list(grp["tokens_per_s_per_gpu_spec"]), markers[i % len(markers)])
+    return plots.pareto(out / "g5_pareto.png", groups, plots.Axes(
+        "tokens/s per user", "tokens/s per GPU", "G5: throughput vs latency, with and without speculation (measured)"),
+        "Pareto view: each point a (mechanism, D, B) configuration; lines are each group's frontier.")
+
+
+def _mean_lists(lists) -> list[float]:
+    lists = [list(x) for x in lists if isinstance(x, (list, tuple, np.ndarray)) and len(x)]
+    if not lists:
+        return []
+    width = max(len(x) for x in lists)
+    arr = np.full((len(lists), width), np.nan)
+    for i, x in enumerate(lists):
+        arr[i, : len(x)] = [v if v is not None else np.nan for v in x]
+    with np.errstate(all="ignore"):
+        return [float(v) if not np.isnan(v) else math.nan for v in np.nanmean(arr, axis=0)]
+
+
+def _per_position(spec: pd.DataFrame, out: Path):
+    b_min = spec[B].min()
+    series = []
+    for i, (mech, grp) in enumerate(spec[spec[B] == b_min].groupby(MECH)):
+        d_max = grp[D].max()
+        cells = grp[grp[D] == d_max]
+        uncond, cond = _mean_lists(cells["accepted_per_pos"]), _mean_lists(cells["accepted_per_pos_cond"])
+        c = f"C{i % 10}"
+        series.append(plots.Series(f"{mech} D={d_max}: P(first k accepted)", list(range(1, len(uncond) + 1)), uncond,
+                                   "-o", color=c))
+        series.append(plots.Series(f"{mech} D={d_max}: P(k-th | first k-1)", list(range(1, len(cond) + 1)), cond,
+                                   "--s", color=c))
+    return plots.lines(out / "g5_per_position.png", series, plots.Axes(
+        "draft position k", "acceptance probability", f"G5: per-position acceptance at B = {b_min} (measured)",
+        integer_x=True),
+        "Per-position acceptance (mean over categories) of each mechanism at its largest measured D.")
+
+
+def _al_by_category(spec: pd.DataFrame, mechanisms: list[str], out: Path):
+    b_min = spec[B].min()
+    cells = spec[spec[B] == b_min]
+    categories = sorted(spec["category"].astype(str).unique())
+    groups = {}
+    for mech in mechanisms:
+        mine = cells[cells[MECH] == mech]
+        if mine.empty:
+            groups[f"{mech}"] = [math.nan] * len(categories)
+            continue
+        d_max = mine[D].max()
+        al = mine[mine[D] == d_max].groupby("category")["al"].mean()
+        groups[f"{mech} D={d_max}"] = [float(al.get(c, math.nan)) for c in categories]
+    return plots.bars(out / "g5_al_by_category.png", categories, groups, plots.Axes(
+        "category", "AL (bonus token included)", f"G5: AL by category at B = {b_min} (measured)"),
+        "AL per prompt category, each mechanism at its largest measured D.")

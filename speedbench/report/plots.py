@@ -1,0 +1,152 @@
+"""PNG plots (matplotlib, Agg). Each helper draws tidy data and returns a ``Figure``; NaN points are
+left out of lines (gaps), never drawn as zeros. Titles say whether the data is measured or modelled."""
+from __future__ import annotations
+
+import contextlib
+import math
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .common import Figure
+
+ENABLED: ContextVar[bool] = ContextVar("speedbench_report_plots", default=True)
+
+
+@contextlib.contextmanager
+def enabled(on: bool):
+    """Turn plotting on or off (tables and text are unaffected) for the enclosed calls."""
+    token = ENABLED.set(on)
+    try:
+        yield
+    finally:
+        ENABLED.reset(token)
+
+
+@dataclass
+class Series:
+    label: str
+    x: list[float]
+    y: list[float]
+    style: str = "-o"  # matplotlib format string
+    kind: str = "measured"  # measured | modelled (say so in the label too)
+    color: str | None = None  # matplotlib colour; one per mechanism keeps a mechanism's curves together
+
+
+@dataclass
+class Axes:
+    xlabel: str
+    ylabel: str
+    title: str
+    logx: bool = False
+    logy: bool = False
+    integer_x: bool = False  # draft lengths and positions: integer ticks only
+    hlines: list[tuple[float, str]] = field(default_factory=list)
+    vlines: list[tuple[float, str]] = field(default_factory=list)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _clean(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    pts = [(float(x), float(y)) for x, y in zip(xs, ys) if _ok(x) and _ok(y)]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _ok(v) -> bool:
+    try:
+        return v is not None and not math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
+    for y, label in axes.hlines:
+        ax.axhline(y, color="grey", lw=0.8, ls=":", label=label or None)
+    for x, label in axes.vlines:
+        ax.axvline(x, color="grey", lw=0.8, ls="--", label=label or None)
+    ax.set_xlabel(axes.xlabel)
+    ax.set_ylabel(axes.ylabel)
+    ax.set_title(axes.title, fontsize=10)
+    if axes.logx:
+        ax.set_xscale("log", base=2)
+    if axes.logy:
+        ax.set_yscale("log")
+    if axes.integer_x:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Figure(path, caption)
+
+
+def lines(path: Path, series: list[Series], axes: Axes, caption: str) -> Figure | None:
+    series = [s for s in series if _clean(s.x, s.y)[0]]
+    if not series or not ENABLED.get():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for s in series:
+        xs, ys = _clean(s.x, s.y)
+        ax.plot(xs, ys, s.style, label=s.label, ms=4, lw=1.3, color=s.color)
+    return _finish(plt, fig, ax, axes, path, caption)
+
+
+def pareto(path: Path, groups: dict[str, tuple[list[float], list[float], str]], axes: Axes, caption: str) -> Figure | None:
+    """Scatter of (x, y) per group plus each group's upper-right frontier (higher is better on both)."""
+    groups = {k: v for k, v in groups.items() if _clean(v[0], v[1])[0]}
+    if not groups or not ENABLED.get():
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for label, (xs, ys, marker) in groups.items():
+        xs, ys = _clean(xs, ys)
+        line = ax.scatter(xs, ys, s=18, marker=marker, label=label, alpha=0.8)
+        fx, fy = frontier(xs, ys)
+        ax.plot(fx, fy, "-", lw=1.0, color=line.get_facecolor()[0])
+    return _finish(plt, fig, ax, axes, path, caption)
+
+
+def frontier(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """Points not dominated in (x, y), sorted by x (both maximised)."""
+    pts = sorted(zip(xs, ys), key=lambda p: (-p[0], -p[1]))
+    out, best_y = [], -math.inf
+    for x, y in pts:
+        if y > best_y:
+            out.append((x, y))
+            best_y = y
+    out.sort()
+    return [p[0] for p in out], [p[1] for p in out]
+
+
+def bars(path: Path, categories: list[str], groups: dict[str, list[float]], axes: Axes, caption: str) -> Figure | None:
+    """Grouped bars: one group of bars per category; NaN bars are left out and marked n/a."""
+    if not ENABLED.get() or not categories or not groups or not any(_ok(v) for vals in groups.values() for v in vals):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(categories) * max(1, len(groups)) ** 0.5), 4.0))
+    width = 0.8 / len(groups)
+    for i, (label, vals) in enumerate(groups.items()):
+        xs = [j + (i - (len(groups) - 1) / 2) * width for j in range(len(categories))]
+        ys = [v if _ok(v) else 0.0 for v in vals]
+        bars_ = ax.bar(xs, ys, width=width, label=label)
+        for x, v, b in zip(xs, vals, bars_):
+            if not _ok(v):
+                b.set_visible(False)
+                ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=6, rotation=90, transform=ax.get_xaxis_transform())
+    ax.set_xticks(range(len(categories)))
+    ax.set_xticklabels(categories, rotation=30, ha="right", fontsize=8)
+    return _finish(plt, fig, ax, axes, path, caption)

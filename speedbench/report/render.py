@@ -1,0 +1,122 @@
+"""Markdown and self-contained HTML (PNG plots embedded as base64) from the report's sections."""
+from __future__ import annotations
+
+import base64
+import html
+import re
+
+from .common import Figure, Section, Table, Text, fmt
+
+
+def header(col: str, kinds: dict[str, str]) -> str:
+    kind = kinds.get(col)
+    return f"{col} ({kind})" if kind else str(col)
+
+
+def md_table(t: Table) -> str:
+    frame = t.frame
+    if frame.empty:
+        return "_(no rows: n/a)_"
+    cols = [header(str(c), t.kinds) for c in frame.columns]
+    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |", "|" + "---|" * len(cols)]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+    out = "\n".join(lines)
+    return f"{out}\n\n_{t.caption}_" if t.caption else out
+
+
+def markdown(title: str, intro: list[str], sections: list[Section]) -> str:
+    parts = [f"# {title}", *intro, "## Contents", "\n".join(f"- [{s.title}](#{_anchor(s.title)})" for s in sections)]
+    for s in sections:
+        parts.append(f"## {s.title}")
+        for block in s.blocks:
+            if isinstance(block, Text):
+                parts.append(block.text)
+            elif isinstance(block, Table):
+                parts.append(md_table(block))
+            elif isinstance(block, Figure):
+                parts.append(f"![{block.caption}]({block.path.name})\n\n_{block.caption}_")
+    return "\n\n".join(parts) + "\n"
+
+
+def _anchor(title: str) -> str:
+    return re.sub(r"[^a-z0-9 -]", "", title.lower()).strip().replace(" ", "-")
+
+
+def _inline(text: str) -> str:
+    s = html.escape(text)
+    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
+    s = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", s)
+    s = re.sub(r"(?<![\w*])\*([^*]+)\*(?![\w*])", r"<i>\1</i>", s)
+    return s
+
+
+def html_text(text: str) -> str:
+    out, items = [], []
+    for para in text.split("\n\n"):
+        lines = para.splitlines()
+        if all(line.startswith("- ") for line in lines if line.strip()) and lines:
+            items += [f"<li>{_inline(line[2:])}</li>" for line in lines if line.strip()]
+            continue
+        if items:
+            out.append("<ul>" + "".join(items) + "</ul>")
+            items = []
+        if para.startswith("### "):
+            out.append(f"<h3>{_inline(para[4:])}</h3>")
+        elif para.strip():
+            out.append(f"<p>{_inline(para)}</p>")
+    if items:
+        out.append("<ul>" + "".join(items) + "</ul>")
+    return "\n".join(out)
+
+
+def html_table(t: Table) -> str:
+    if t.frame.empty:
+        return "<p><i>(no rows: n/a)</i></p>"
+    head = "".join(f"<th>{html.escape(header(str(c), t.kinds))}</th>" for c in t.frame.columns)
+    body = []
+    for row in t.frame.itertuples(index=False):
+        cells = []
+        for v in row:
+            text = fmt(v)
+            cls = ' class="na"' if text == "n/a" else ""
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def html_figure(f: Figure) -> str:
+    data = base64.b64encode(f.path.read_bytes()).decode()
+    return (f'<figure><img alt="{html.escape(f.caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(f.caption)}</figcaption></figure>")
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
+th{background:#f3f3f3} td.na{color:#999;font-style:italic}
+caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left;padding-top:.3em}
+figure{margin:1em 0} img{max-width:100%} figcaption{font-size:.85em;color:#555}
+code{background:#f5f5f5;padding:0 .2em}
+"""
+
+
+def html_page(title: str, intro: list[str], sections: list[Section]) -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts += [html_text(p) for p in intro]
+    parts.append("<h2>Contents</h2><ul>" + "".join(
+        f"<li><a href='#{s.key}'>{html.escape(s.title)}</a></li>" for s in sections) + "</ul>")
+    for s in sections:
+        parts.append(f"<h2 id='{s.key}'>{html.escape(s.title)}</h2>")
+        for block in s.blocks:
+            if isinstance(block, Text):
+                parts.append(html_text(block.text))
+            elif isinstance(block, Table):
+                parts.append(html_table(block))
+            elif isinstance(block, Figure):
+                parts.append(html_figure(block))
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,126 @@
+"""Summary: per-configuration AL, speedup, predicted vs measured, greedy match; what to pick."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .common import B, D, DERIVED, MEASURED, MECH, Section, best_by, finite, per_config, same_setup, setup_cols, spec_cells
+from .load import ReportData
+
+VALUES = ["al", "speedup", "speedup_predicted", "greedy_match_rate"]
+FEW_REQUESTS = 10
+PREDICTION_TOLERANCE = 0.20
+
+
+def config_table(spec: pd.DataFrame) -> pd.DataFrame:
+    conf = per_config(spec, VALUES)
+    keys = setup_cols(spec) + [MECH, "method", D, B]
+    counts = spec.groupby(keys, dropna=False).agg(cells=("cell_id", "size"), requests=("n_requests", "sum")).reset_index()
+    conf = conf.merge(counts, on=keys, how="left")
+    conf["pred_over_meas"] = conf["speedup_predicted"] / conf["speedup"]
+    return conf
+
+
+def build(data: ReportData) -> Section:
+    sec = Section("summary", "Summary")
+    cells, ok = data.cells, data.ok
+    failed = data.failed
+    sec.text(
+        f"{len(cells)} cells from {len(data.roots)} results folder(s) "
+        f"({', '.join(str(r) for r in data.roots)}); {len(ok)} ok, {len(failed)} failed; "
+        f"backends: {', '.join(data.backends) or 'n/a'}; devices: {', '.join(data.device_names) or 'n/a'}."
+    )
+    if "synthetic" in data.backends:
+        sec.text(
+            "**Synthetic backend.** Cells from `backend=synthetic` come from a seeded model of acceptance and "
+            "step time, not from an engine: their 'measured' numbers are simulated. Use them to check the "
+            "pipeline, never to choose a drafter."
+        )
+    sec.text(
+        "Labels: *measured* = read from the cells (matched baseline/speculative runs); *modelled* = the cost "
+        "model or a formula; *n/a* = not measured (a gap, never a zero). A configuration's value is the mean over "
+        "its cells (prompt categories x context buckets, each weighted equally). AL counts the bonus token."
+    )
+    spec = spec_cells(ok)
+    if spec.empty:
+        sec.text("No speculative cell finished: nothing to summarise (n/a).")
+        _failed(sec, failed)
+        return sec
+    conf = config_table(spec)
+    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "requests", "al", "speedup", "speedup_predicted",
+                                    "pred_over_meas", "greedy_match_rate"]]
+    sec.table(
+        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "speedup_predicted": "predicted speedup",
+                             "pred_over_meas": "predicted / measured", "greedy_match_rate": "greedy match"}),
+        "Per configuration (mean over categories and context buckets).",
+        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "predicted / measured": DERIVED,
+         "greedy match": MEASURED},
+    )
+    picks = recommend(spec, conf, "synthetic" in data.backends)
+    sec.values["recommendation"] = picks.to_dict("records")
+    sec.values["configs"] = conf.to_dict("records")
+    sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (mean over categories), "
+             "with the caveats that apply. A pick of `none` means no measured configuration beat plain decoding.")
+    sec.table(picks, "", {"speedup": MEASURED, "AL": MEASURED, "predicted": DERIVED})
+    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "speedup",
+                                            "speedup_predicted", "greedy_match_rate"] if c in spec]
+    sec.text(f"### All cells ({len(spec)})")
+    sec.table(spec[cols].sort_values([MECH, D, B, "category"]).rename(columns={
+        "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
+        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
+        {"context bucket": {"": "(none)"}}), "",
+        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
+    _failed(sec, failed)
+    return sec
+
+
+def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.DataFrame:
+    setup = setup_cols(spec)
+    best = best_by(conf, setup + [B], "speedup")
+    rows = []
+    for _, r in best.iterrows():
+        same_b = same_setup(conf[conf[B] == r[B]], r, setup)
+        others = same_b[same_b[MECH] != r[MECH]].dropna(subset=["speedup"]).sort_values("speedup", ascending=False)
+        runner = f"{others.iloc[0][MECH]} D={int(others.iloc[0][D])} ({others.iloc[0]['speedup']:.2f}x)" if len(others) else "n/a"
+        pick = f"{r[MECH]} D={int(r[D])}" if r["speedup"] > 1 else "none (plain decoding)"
+        rows.append({**{c: r[c] for c in setup}, "B": int(r[B]), "pick": pick, "speedup": r["speedup"], "AL": r["al"],
+                     "predicted": r["speedup_predicted"], "runner-up": runner,
+                     "caveats": "; ".join(caveats(same_setup(spec, r, setup), same_setup(conf, r, setup), r, synthetic))
+                     or "none"})
+    return pd.DataFrame(rows)
+
+
+def caveats(spec: pd.DataFrame, conf: pd.DataFrame, r: pd.Series, synthetic: bool) -> list[str]:
+    out = []
+    if not r["speedup"] > 1:
+        out.append(f"best measured speedup {r['speedup']:.2f}x <= 1: speculation does not pay here")
+    depths = sorted(conf[(conf[MECH] == r[MECH]) & (conf[B] == r[B])][D].unique())
+    if len(depths) > 1 and r[D] == depths[-1]:
+        out.append(f"D={int(r[D])} is the largest D measured for {r[MECH]}: measure larger D")
+    elif len(depths) > 1 and r[D] == depths[0] and depths[0] > 1:
+        out.append(f"D={int(r[D])} is the smallest D measured: measure smaller D")
+    ratio = r["speedup_predicted"] / r["speedup"]
+    if finite(ratio) and abs(ratio - 1) > PREDICTION_TOLERANCE:
+        out.append(f"predicted speedup off by {ratio - 1:+.0%}: time outside draft/verify is large")
+    if finite(r["greedy_match_rate"]) and r["greedy_match_rate"] < 1:
+        out.append(f"greedy output differs from the baseline in {1 - r['greedy_match_rate']:.0%} of requests")
+    cells = spec[(spec[B] == r[B])]
+    winners = best_by(cells, ["category", "context_bucket"], "speedup")
+    differ = winners[(winners[MECH] != r[MECH]) | (winners[D] != r[D])]
+    if len(differ):
+        out.append("other winners in " + ", ".join(
+            f"{w['category']}{'/' + w['context_bucket'] if w['context_bucket'] else ''}: {w[MECH]} D={int(w[D])}"
+            for _, w in differ.iterrows()))
+    n_min = spec[(spec[MECH] == r[MECH]) & (spec[D] == r[D]) & (spec[B] == r[B])]["n_requests"].min()
+    if finite(n_min) and n_min < FEW_REQUESTS:
+        out.append(f"only {int(n_min)} request(s) in a cell: noisy")
+    if synthetic:
+        out.append("synthetic backend")
+    return out
+
+
+def _failed(sec: Section, failed: pd.DataFrame) -> None:
+    if failed.empty:
+        return
+    cols = [c for c in (MECH, D, B, "category", "context_bucket", "error") if c in failed]
+    sec.text(f"### Failed cells ({len(failed)})\n\nThese cells have no numbers; they show as n/a everywhere.")
+    sec.table(failed[cols].rename(columns={MECH: "mechanism", D: "D", B: "B"}))

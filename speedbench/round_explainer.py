@@ -1,0 +1,93 @@
+"""``speedbench round``: one draft-and-verify round, accounted for step by step.
+
+guidelines.md section 3 ("round accounting"). Every input is an assumption the user sets,
+not a measurement:
+
+    emitted          = accepted + 1          (the target's correction, or the bonus token
+                                              when all D drafts pass: D + 1 tokens)
+    draft cost       = D x draft step time   (sequential drafter; one step when parallel)
+    round cost       = draft cost + one verification
+    comparison cost  = emitted x target step time   (plain decoding of the same tokens)
+    speedup          = comparison cost / round cost
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    depth: int  # D, drafts proposed in the round
+    t_draft_step_ms: float  # one drafter step
+    t_verify_ms: float  # one target forward over 1 + D tokens
+    t_target_step_ms: float  # one plain decode step of the target
+    accepted: int  # drafts accepted before the first rejection (0..D)
+    parallel: bool = False  # a parallel drafter (DFlash-style) proposes all D in one step
+
+    def __post_init__(self) -> None:
+        if self.depth < 0:
+            raise ValueError(f"D must be >= 0, got {self.depth}")
+        if not 0 <= self.accepted <= self.depth:
+            raise ValueError(f"accepted must be in [0, D={self.depth}], got {self.accepted}")
+        for name in ("t_draft_step_ms", "t_verify_ms", "t_target_step_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    emitted: int
+    bonus: bool  # all D drafts accepted: the target's extra token is a bonus, not a correction
+    draft_cost_ms: float
+    round_cost_ms: float
+    comparison_cost_ms: float
+    speedup: float
+
+
+def account(x: RoundInputs) -> RoundResult:
+    emitted = x.accepted + 1
+    steps = (1 if x.depth else 0) if x.parallel else x.depth
+    draft = steps * x.t_draft_step_ms
+    round_cost = draft + x.t_verify_ms
+    comparison = emitted * x.t_target_step_ms
+    speedup = comparison / round_cost if round_cost > 0 else float("nan")
+    return RoundResult(emitted, x.depth > 0 and x.accepted == x.depth, draft, round_cost, comparison, speedup)
+
+
+def explain(x: RoundInputs, r: RoundResult) -> str:
+    last = "a bonus token (all D drafts passed)" if r.bonus else "1 correction token from the target"
+    drafting = (
+        f"1 parallel draft step x {x.t_draft_step_ms:g} ms" if x.parallel and x.depth
+        else f"{x.depth} draft steps x {x.t_draft_step_ms:g} ms"
+    )
+    verdict = "speculation pays" if r.speedup > 1 else "speculation does NOT pay"
+    return "\n".join([
+        f"Round with D = {x.depth} drafts, {x.accepted} accepted before the first rejection:",
+        f"  emitted tokens   = {x.accepted} accepted + {last} = {r.emitted}",
+        f"  draft cost       = {drafting} = {r.draft_cost_ms:g} ms",
+        f"  round cost       = draft {r.draft_cost_ms:g} ms + one verification {x.t_verify_ms:g} ms = {r.round_cost_ms:g} ms",
+        f"  comparison cost  = {r.emitted} tokens x target step {x.t_target_step_ms:g} ms = {r.comparison_cost_ms:g} ms"
+        " (plain decoding of the same tokens)",
+        f"  speedup          = {r.comparison_cost_ms:g} / {r.round_cost_ms:g} = {r.speedup:.2f}x  -> {verdict}",
+        "All inputs are assumptions you set, not measurements (guidelines.md section 3).",
+    ])
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-D", "--depth", type=int, default=4, help="draft length D (default 4)")
+    parser.add_argument("--draft-ms", type=float, default=5.0, help="one draft step, ms (default 5)")
+    parser.add_argument("--verify-ms", type=float, default=45.0, help="one verification forward, ms (default 45)")
+    parser.add_argument("--target-ms", type=float, default=40.0, help="one plain target decode step, ms (default 40)")
+    parser.add_argument("--accepted", type=int, default=3, help="drafts accepted before the first rejection (default 3)")
+    parser.add_argument("--parallel", action="store_true", help="the drafter proposes all D tokens in one step")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        x = RoundInputs(args.depth, args.draft_ms, args.verify_ms, args.target_ms, args.accepted, args.parallel)
+    except ValueError as exc:
+        print(f"speedbench round: {exc}")
+        return 2
+    print(explain(x, account(x)))
+    return 0

@@ -1,0 +1,139 @@
+"""The report from a synthetic results folder: every guideline section's numbers, checked against
+values computed here independently (from the raw cell JSON files and the synthetic model)."""
+import json
+import math
+import statistics
+from collections import defaultdict
+
+import pytest
+
+from speedbench.report import build_report
+
+from .synthetic_results import BATCHES, DEPTHS, OPTIONS, PER_CATEGORY, raw_cells, shared_results
+
+A, BB = OPTIONS["verify_a_ms"], OPTIONS["verify_b_ms"]
+DRAFT_MS = {"tiny_draft": 0.4, "ngram": 0.01}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    run = shared_results(tmp_path_factory)
+    out = tmp_path_factory.mktemp("report")
+    files = build_report([run], out)
+    values = json.loads(files.json.read_text())
+    return run, files, values, raw_cells(run)
+
+
+def by_config(cells, key):
+    groups = defaultdict(list)
+    for c in cells:
+        groups[(c["drafter"], c["num_speculative_tokens"], c["batch_size"])].append(c[key])
+    return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
+def test_files_are_written_and_html_is_self_contained(report):
+    _, files, _, _ = report
+    md, page = files.markdown.read_text(), files.html.read_text()
+    for title in ("Summary", "G1", "G2", "G3", "G4", "G5"):
+        assert f"## {title}" in md
+    assert len(files.plots) >= 6 and all(p.exists() and p.stat().st_size > 1000 for p in files.plots)
+    assert page.count("data:image/png;base64,") == len(files.plots)
+    assert 'src="g' not in page  # no reference to a file beside the page
+    assert "Synthetic backend" in md  # simulated numbers are never passed off as an engine's
+
+
+def test_every_number_is_labelled(report):
+    md = report[1].markdown.read_text()
+    for line in md.splitlines():
+        if line.startswith("| ") and "---" not in line and any(k in line for k in ("AL", "speedup", "ratio", "share")):
+            if line.split("|")[1].strip() in ("mechanism", "B", "D", "context bucket", "category"):
+                assert "(measured)" in line or "(modelled" in line, line
+
+
+def test_summary_matches_cell_means_and_picks_the_best(report):
+    _, _, values, cells = report
+    al, sp = by_config(cells, "al"), by_config(cells, "speedup")
+    rows = {(r["drafter"], r["num_speculative_tokens"], r["batch_size"]): r for r in values["summary"]["configs"]}
+    assert set(rows) == set(al)
+    for k, r in rows.items():
+        assert r["al"] == pytest.approx(al[k]) and r["speedup"] == pytest.approx(sp[k])
+        assert r["cells"] == len(set(c["category"] for c in cells))
+    for rec in values["summary"]["recommendation"]:
+        best = max((k for k in sp if k[2] == rec["B"]), key=lambda k: sp[k])
+        assert rec["pick"] == f"{best[0]} D={best[1]}"
+        assert rec["speedup"] == pytest.approx(sp[best])
+
+
+def test_g1_ratios_match_the_synthetic_cost_model(report):
+    _, _, values, cells = report
+    ratios = {(r["batch_size"], r["num_speculative_tokens"]): r["ratio"] for r in values["g1"]["ratios"]}
+    assert set(ratios) == {(b, d) for b in BATCHES for d in DEPTHS}
+    for (b, d), ratio in ratios.items():
+        rows = min(b, PER_CATEGORY)  # a static batch holds at most one category's requests
+        assert ratio == pytest.approx((A + BB * rows * (1 + d)) / (A + BB * rows), rel=1e-9)
+        ver = statistics.median(c["t_verify_ms"] for c in cells if (c["batch_size"], c["num_speculative_tokens"]) == (b, d))
+        base = statistics.median(c["t_verify_ms_baseline"] for c in cells if (c["batch_size"], c["num_speculative_tokens"]) == (b, d))
+        assert ratio == pytest.approx(ver / base)
+    free = {r["batch_size"]: r for r in values["g1"]["nearly_free"]}
+    for b in BATCHES:
+        ok = [d for d in DEPTHS if ratios[(b, d)] <= 1.10]
+        first_bad = next((d for d in DEPTHS if ratios[(b, d)] > 1.10), None)
+        expect_free = max((d for d in DEPTHS if d < (first_bad or 99) and d in ok), default=None)
+        got = free[b]["nearly free up to D"]
+        assert (got is None or math.isnan(got)) if expect_free is None else got == expect_free
+    assert free[1]["nearly free up to D"] == 2 and free[1]["stops being nearly free at D"] == 4
+
+
+def test_g2_reads_g_from_the_target_config(report):
+    _, _, values, _ = report
+    tiny = values["g2"]["targets"]["tiny"]
+    assert (tiny["n_heads"], tiny["n_kv_heads"], tiny["G"], tiny["D0"]) == (4, 2, 2, 63)
+    for v in values["g2"]["verdicts"]["tiny"]:
+        assert v["verdict"].startswith("untestable")  # D0 = 63 is far beyond the measured D <= 4
+        assert 0 < v["attention share, D=0"] < 1
+
+
+def test_g3_lists_tile_aligned_depths(report):
+    assert report[2]["g3"]["targets"]["tiny"]["aligned"] == [127, 191, 255, 319]
+
+
+def test_g4_rho_and_the_d_where_al_stops_paying(report):
+    _, _, values, cells = report
+    at1 = [c for c in cells if c["batch_size"] == 1]
+    for row in values["g4"]["summary"]:
+        mech = row["mechanism"]
+        # synthetic model: draft c*D, verify a + b*1: rho = c / (a + b), exactly
+        assert row["rho"] == pytest.approx(DRAFT_MS[mech] / (A + BB))
+        al = by_config([c for c in at1 if c["drafter"] == mech], "al")
+        score = {k[1]: v / (1 + row["rho"] * k[1]) for k, v in al.items()}
+        assert row["D where AL stops paying (max AL/(1+rho D))"] == max(score, key=score.get)
+        sp = by_config([c for c in at1 if c["drafter"] == mech], "speedup")
+        assert row["measured best D"] == max(sp, key=sp.get)[1]
+
+
+def test_g5_rankings(report):
+    _, _, values, cells = report
+    sp = by_config(cells, "speedup")
+    for b in BATCHES:
+        got = [r for r in values["g5"]["ranking"] if r["B"] == b]
+        best = {m: max((v, k[1]) for k, v in sp.items() if k[0] == m and k[2] == b) for m in DRAFT_MS}
+        order = sorted(best, key=lambda m: -best[m][0])
+        assert [r["mechanism"] for r in got] == order
+        assert [r["best D"] for r in got] == [best[m][1] for m in order]
+        for row in values["g5"]["by_category"][str(b)]:
+            for m in DRAFT_MS:
+                expect = max(c["speedup"] for c in cells if c["drafter"] == m and c["batch_size"] == b
+                             and c["category"] == row["category"])
+                assert row[m] == pytest.approx(expect)
+            assert row["winner"] == max(DRAFT_MS, key=lambda m: row[m])
+
+
+def test_report_cli(report, tmp_path, capsys):
+    from speedbench.cli import main
+
+    run = report[0]
+    assert main(["report", str(run), "--out", str(tmp_path / "r"), "--hardware", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "report.md" in out and "report.html" in out
+    assert "h200 (spec sheet" in (tmp_path / "r" / "report.md").read_text()
+    assert main(["report", str(tmp_path / "nothing-here")]) == 2
