@@ -14,7 +14,11 @@ from pathlib import Path
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # name -> (module, one-line help); each module has add_cli_args(parser) and main(args)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {}
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "gate": ("speedbench.gate", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
+    "merge": ("speedbench.merge", "merge results folders (e.g. one per Slurm job) into one"),
+    "wandb-log": ("speedbench.wandb_log", "log an existing results folder to Weights & Biases"),
+}
 
 
 def run_app(argv: list[str]) -> int:
@@ -26,7 +30,10 @@ def run_app(argv: list[str]) -> int:
     if not CONF_DIR.is_dir():
         print(f"speedbench: config folder not found at {CONF_DIR}; install the repository with `pip install -e .`", file=sys.stderr)
         return 2
+    from .hydra_callbacks import clear_verdict, take_verdict
+
     register_configs()
+    clear_verdict()
     status = {"code": 0}
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -42,13 +49,26 @@ def run_app(argv: list[str]) -> int:
         print(f"\nresults: {store.root}")
         print(format_table(table))
         frac = runner.failure_fraction(cells)
+        if _is_multirun():  # one job of a sweep: hydra_callbacks.SweepGate judges the whole sweep
+            return
         if frac > run.sweep.allowed_failure_frac:
             print(f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})", file=sys.stderr)
             status["code"] = 1
 
     sys.argv = ["speedbench run", *argv]
     app()
+    verdict = take_verdict()  # a multirun: the failure fraction applies to the whole sweep
+    if verdict is not None:
+        print(verdict.message(), file=sys.stderr if not verdict.ok else sys.stdout)
+        return verdict.exit_code
     return status["code"]
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def main(argv: list[str] | None = None) -> int:
