@@ -28,6 +28,7 @@ if bad.empty:
 print(f"update-baseline: {len(bad)} cell(s) failed; baseline not updated", file=sys.stderr)
 sys.exit(1)
 PY
+mkdir -p "$(dirname "$baseline")"
 rm -rf "$baseline.new"
 mv "$tmp/baseline" "$baseline.new"
 rm -rf "$baseline"

@@ -133,3 +133,22 @@ def test_shipped_gate_configs_load():
     default, ci = load_config("default"), load_config("ci")
     assert set(default.rules) == set(ci.rules) == {"al", "speedup"}
     assert ci.rules["al"].tolerance <= default.rules["al"].tolerance
+
+
+def test_committed_ci_baseline_matches_the_ci_benchmark():
+    """results/baselines/ci-default must hold exactly the cells conf/experiment/ci_gate.yaml
+    produces; if not, regenerate it with scripts/update-baseline.sh."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from speedbench.cells import CellKey
+    from speedbench.config import register_configs, to_run_config
+
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
+        run = to_run_config(compose(config_name="config", overrides=["+experiment=ci_gate"]))
+    expected = {CellKey.for_run(run, cat, "").cell_id for cat in run.dataset.categories}
+    baseline = ResultsStore(cli.CONF_DIR.parent / "results" / "baselines" / "ci-default").cells()
+    assert set(baseline.cell_id) == expected, "stale CI baseline: run scripts/update-baseline.sh"
+    assert (baseline.status == "ok").all()
