@@ -20,6 +20,7 @@ import wandb
 
 from ..cells import stable_hash
 from ..config import LoggerConfig
+from ..provenance import redact
 from ..results import ResultsStore
 from . import payload
 from .base import CellLogger
@@ -66,7 +67,7 @@ class WandbLogger(CellLogger):
         )
         try:
             run.summary.update(payload.summary(row))
-            run.summary.update({"status": row.get("status", ""), "error": row.get("error", "")})
+            run.summary.update(redact({"status": row.get("status", ""), "error": row.get("error", "")}))
             tables = {"per_category": payload.per_category(requests), "per_position": payload.per_position(row)}
             run.log({name: wandb.Table(columns=t.columns, data=t.rows) for name, t in tables.items() if t.rows})
         finally:
