@@ -1,10 +1,11 @@
 """Fault injection for testing the regression gate: a drafter made slower on purpose.
 
-``drafter.options.delay_ms=N`` (torch backend) wraps the configured drafter so that every
+``+drafter.options.delay_ms=N`` (torch backend) wraps the configured drafter so that every
 draft phase takes N milliseconds longer, inside the timed draft phase. Acceptance and
 output are unchanged; only time moves, which is what a drafter slowed by an engine
 upgrade looks like. The option is not part of the cell's identity (see ``cells.py``), so a
-slowed run is compared with the same cell of an unslowed one. Never set it in a benchmark.
+slowed run is compared with the same cell of an unslowed one (the resolved config in
+``provenance.json`` still records it). Never set it in a benchmark.
 """
 from __future__ import annotations
 
