@@ -4,7 +4,8 @@ Cells are matched by ``cell_id`` (a hash of the cell's settings). For every matc
 and every gated metric (AL, speedup) the gate estimates current / baseline with a paired
 bootstrap over requests (``gate_stats``) and fails when the metric is worse beyond its
 tolerance *with confidence*: the upper end of the interval is below ``1 - tolerance``.
-A geometric mean over all cells is gated the same way. Tolerances live in ``conf/gate/``.
+A geometric mean over all cells is gated the same way (``per_cell: false`` on a metric gates
+only that pooled row, for cells too small or too noisy alone). Tolerances live in ``conf/gate/``.
 
 Exit codes: 0 pass; 1 a regression (or a cell that failed in the current run);
 2 a usage or config error; 3 cells that do not match (baseline cells missing from the
@@ -29,6 +30,7 @@ from .results import ResultsStore
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH = 0, 1, 2, 3
 GATE_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "gate"
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
+INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
 BAD = (REGRESSED, FAILED)
 
 
@@ -39,6 +41,7 @@ class GateConfigError(ValueError):
 @dataclass(frozen=True)
 class MetricRule:
     tolerance: float  # allowed relative loss: fail when the ratio's upper bound < 1 - tolerance
+    per_cell: bool = True  # false: gate only the geometric mean over cells (noisy small cells)
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,14 @@ def load_config(path_or_name: str | Path) -> GateConfig:
     rules, kwargs = {}, {}
     for key, value in data.items():
         if key in gate_stats.METRICS:
-            if not isinstance(value, dict) or set(value) != {"tolerance"}:
-                raise GateConfigError(f"gate config {path}: {key} must be {{tolerance: <fraction>}}, got {value!r}")
-            tol = value["tolerance"]
+            if not isinstance(value, dict) or "tolerance" not in value or set(value) - {"tolerance", "per_cell"}:
+                raise GateConfigError(f"gate config {path}: {key} must be {{tolerance: <fraction>, per_cell: <bool>}}, got {value!r}")
+            tol, per_cell = value["tolerance"], value.get("per_cell", True)
             if not isinstance(tol, (int, float)) or not 0 <= tol < 1:
                 raise GateConfigError(f"gate config {path}: {key}.tolerance must be in [0, 1), got {tol!r}")
-            rules[key] = MetricRule(float(tol))
+            if not isinstance(per_cell, bool):
+                raise GateConfigError(f"gate config {path}: {key}.per_cell must be true or false, got {per_cell!r}")
+            rules[key] = MetricRule(float(tol), per_cell)
         elif key in SCALARS:
             kwargs[key] = SCALARS[key](value)
         else:
@@ -82,6 +87,8 @@ def load_config(path_or_name: str | Path) -> GateConfig:
     if not rules:
         raise GateConfigError(f"gate config {path}: no metric to gate (add al: {{tolerance: ...}} or speedup: ...)")
     cfg = GateConfig(rules=rules, **kwargs)
+    if not cfg.pooled and not all(r.per_cell for r in rules.values()):
+        raise GateConfigError(f"gate config {path}: per_cell: false needs pooled: true (else the metric is never gated)")
     if not 0.5 <= cfg.confidence < 1 or cfg.n_resamples < 100 or cfg.min_requests < 1:
         raise GateConfigError(f"gate config {path}: need 0.5 <= confidence < 1, n_resamples >= 100, min_requests >= 1")
     return cfg
@@ -169,10 +176,12 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             verdict, note = REGRESSED, "no measurement in the current run"
         elif est.n_requests < cfg.min_requests:
             verdict, note = INSUFFICIENT, f"{est.n_requests} matched request(s) < min_requests={cfg.min_requests}"
+        elif not rule.per_cell:
+            verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
         else:
             verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
         check = Check(cid, lab, metric, est.baseline, est.current, est.ratio, est.low, est.high, rule.tolerance, est.n_requests, verdict, note)
-        out.append((check, est if verdict in (PASS, IMPROVED, REGRESSED) else None))
+        out.append((check, est if verdict in (PASS, IMPROVED, REGRESSED, INFO) else None))
     return out
 
 
@@ -194,7 +203,7 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
                 estimates[check.metric].append(est)
     if cfg.pooled:
         for metric, ests in estimates.items():
-            if len(ests) < 2:
+            if len(ests) < (2 if cfg.rules[metric].per_cell else 1):  # one gated cell: the pool adds nothing
                 continue
             ratio, low, high = gate_stats.pooled(ests, cfg.confidence)
             tol = cfg.rules[metric].tolerance

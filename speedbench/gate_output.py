@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .gate import BAD, EXIT_PASS, INSUFFICIENT, NA, GateReport
+from .gate import BAD, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
 from .results import atomic_write_text
 
 
@@ -77,7 +77,7 @@ def write_junit(report: GateReport, path: Path) -> None:
         if c.verdict in BAD:
             failures += 1
             ET.SubElement(case, "failure", message=f"{c.metric} {c.verdict}", type=c.verdict).text = text
-        elif c.verdict in (INSUFFICIENT, NA):
+        elif c.verdict in (INSUFFICIENT, NA, INFO):
             skipped += 1
             ET.SubElement(case, "skipped", message=c.note or c.verdict)
         else:

@@ -58,6 +58,19 @@ def test_a_slower_speculative_run_fails_with_json_and_junit(tmp_path, capsys):
     assert all(f.get("type") == "regressed" for f in suite.iter("failure"))
 
 
+def test_per_cell_false_gates_only_the_pooled_row(tmp_path):
+    current = copy_results(tmp_path / "current")
+    slow_down_spec(current, 1.6)
+    config = tmp_path / "gate.yaml"
+    config.write_text("al: {tolerance: 0.02}\nspeedup: {tolerance: 0.15, per_cell: false}\n")
+    assert gate(shared_results(), current, "--config", str(config), "--junit", str(tmp_path / "g.xml")) == 1
+    report = run_gate(shared_results(), current, load_config(config))
+    speed = {c.cell_id: c.verdict for c in report.checks if c.metric == "speedup"}
+    assert speed.pop("ALL") == "regressed" and set(speed.values()) == {"info"}
+    suite = ET.parse(tmp_path / "g.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) == 1 and int(suite.get("skipped")) == 3
+
+
 def test_a_slowdown_within_tolerance_passes(tmp_path):
     current = copy_results(tmp_path / "current")
     slow_down_spec(current, 1.05)
@@ -113,6 +126,8 @@ def test_without_per_request_records_the_gate_compares_points(tmp_path):
         ("confidence: 0.95\n", "no metric to gate"),
         ("al: {tolerance: 0.02}\nconfidence: 0.2\n", "confidence"),
         ("al: [unclosed\n", "gate config"),
+        ("al: {tolerance: 0.02, per_cell: maybe}\n", "al.per_cell must be true or false"),
+        ("al: {tolerance: 0.02, per_cell: false}\npooled: false\n", "per_cell: false needs pooled: true"),
     ],
 )
 def test_config_errors_exit_2_naming_the_key(tmp_path, capsys, text, message):
