@@ -40,7 +40,7 @@ class CellKey:
     def for_run(run: RunConfig, category: str, context_bucket: str) -> "CellKey":
         identity = {
             "target": asdict_clean(run.target, drop=("name",)),
-            "drafter": asdict_clean(run.drafter, drop=("name",)),
+            "drafter": drafter_identity(run.drafter),
             "batch_size": run.batch_size,
             "sampling": asdict_clean(run.sampling, drop=("name",)),
             "backend": asdict_clean(run.backend, drop=("num_threads",)),
@@ -57,6 +57,15 @@ class CellKey:
             temperature=run.sampling.temperature, top_p=run.sampling.top_p, top_k=run.sampling.top_k,
             backend=run.backend.name, dataset=run.dataset.name, category=category, context_bucket=context_bucket,
         )
+
+
+def drafter_identity(drafter) -> dict:
+    """The drafter's settings that define a cell; fault-injection options are not among them."""
+    from .drafters.faults import FAULT_OPTIONS
+
+    ident = asdict_clean(drafter, drop=("name",))
+    ident["options"] = {k: v for k, v in ident["options"].items() if k not in FAULT_OPTIONS}
+    return ident
 
 
 def asdict_clean(obj, drop: tuple[str, ...] = ()) -> dict:

@@ -20,6 +20,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("speedbench.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
     "microbench": ("speedbench.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
     "round": ("speedbench.round_explainer", "explain one draft-and-verify round: tokens, costs, speedup"),
+    "gate": ("speedbench.gate", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
+    "merge": ("speedbench.merge", "merge results folders (e.g. one per Slurm job) into one"),
+    "wandb-log": ("speedbench.wandb_log", "log an existing results folder to Weights & Biases"),
 }
 
 
@@ -32,7 +35,10 @@ def run_app(argv: list[str]) -> int:
     if not CONF_DIR.is_dir():
         print(f"speedbench: config folder not found at {CONF_DIR}; install the repository with `pip install -e .`", file=sys.stderr)
         return 2
+    from .hydra_callbacks import clear_verdict, take_verdict
+
     register_configs()
+    clear_verdict()
     status = {"code": 0}
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -47,6 +53,8 @@ def run_app(argv: list[str]) -> int:
         table = store.cells()
         print(f"\nresults: {store.root}")
         print(format_table(table))
+        if _is_multirun():  # one job of a sweep: hydra_callbacks.SweepGate judges the whole sweep
+            return
         frac = runner.failure_fraction(cells)
         if frac > run.sweep.allowed_failure_frac:
             print(f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})", file=sys.stderr)
@@ -54,7 +62,18 @@ def run_app(argv: list[str]) -> int:
 
     sys.argv = ["speedbench run", *argv]
     app()
+    verdict = take_verdict()  # a multirun: the failure fraction applies to the whole sweep
+    if verdict is not None:
+        print(verdict.message(), file=sys.stderr if not verdict.ok else sys.stdout)
+        return verdict.exit_code
     return status["code"]
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from .backends.base import BACKENDS, Backend, GenerateSpec
 from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
 from .config import DrafterConfig, RunConfig
 from .data import DatasetSpec, load_requests
+from .loggers import build_logger
 from .records import STATUS_OK, CellResult, Request, to_row
 from .results import ResultsStore
 
@@ -92,6 +93,14 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
     if not todo:
         return []
+    logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
+    try:
+        return _measure(run, requests, store, todo, logger, progress)
+    finally:
+        logger.close()
+
+
+def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool) -> list[CellResult]:
     backend = get_backend(run)
     backend.check(run.drafter)
     info = backend.info()
@@ -104,6 +113,7 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run) for k, _ in todo]
         for c in cells:
             store.write_cell(c)
+            logger.log_cell(c, store)
         return cells
 
     cells = []
@@ -120,6 +130,7 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
             log.exception("cell %s failed", key.cell_id)
             cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run)
             store.write_cell(cell)
+        logger.log_cell(cell, store)
         cells.append(cell)
     bars.close()
     return cells

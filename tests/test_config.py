@@ -10,7 +10,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 from speedbench.cli import CONF_DIR
 from speedbench.config import RunConfig, register_configs, to_run_config
 
-GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("hydra",))
+GROUPS = sorted(p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name not in ("hydra", "gate"))  # gate: not a run group
 
 
 def options(group: str) -> list[str]:

@@ -9,6 +9,7 @@ import torch
 from .. import models
 from ..data.chat import render_conversation
 from ..drafters.base import DraftContext, build_drafter
+from ..drafters.faults import with_faults
 from ..engine.cached_lm import CachedLM, HFCachedLM
 from ..engine.clock import Clock
 from ..engine.decode import BatchOutput, generate
@@ -72,7 +73,7 @@ class TorchBackend(Backend):
         self.check(cfg)
         ctx = DraftContext(self.model, self.make_lm, torch.device(self.device), self._load)
         options = {k: getattr(cfg, k) for k in DRAFTER_OPTIONS[cfg.method]}
-        return build_drafter(cfg.method, ctx, options)
+        return with_faults(build_drafter(cfg.method, ctx, options), cfg.options)  # test-only knobs
 
     def info(self) -> dict[str, Any]:
         lm = self.make_lm(self.model)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerate the CI gate's baseline results/baselines/ci-default/ from the current code and
+# embedded default models (run it on the machine class CI uses, after the models or the
+# CI benchmark change, and commit the result with the reason in the message).
+#
+#   bash scripts/update-baseline.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+export WANDB_MODE=disabled
+baseline=results/baselines/ci-default
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+python3 -m speedbench.cli run +experiment=ci_gate results_dir="$tmp/runs" hydra/job_logging=disabled
+# keep the results store only (cells, per-request and per-step records, tables, provenance)
+cp -r "$tmp/runs/ci-default" "$tmp/baseline"
+rm -rf "$tmp/baseline/.hydra" "$tmp/baseline/wandb"
+python3 - "$tmp/baseline" <<'PY'
+import sys
+from speedbench.results import ResultsStore
+table = ResultsStore(sys.argv[1]).cells()
+bad = table[table.status != "ok"]
+if bad.empty:
+    sys.exit(0)
+print(f"update-baseline: {len(bad)} cell(s) failed; baseline not updated", file=sys.stderr)
+sys.exit(1)
+PY
+mkdir -p "$(dirname "$baseline")"
+rm -rf "$baseline.new"
+mv "$tmp/baseline" "$baseline.new"
+rm -rf "$baseline"
+mv "$baseline.new" "$baseline"
+echo "baseline written to $baseline:"
+python3 -c "import sys; from speedbench.results import ResultsStore; from speedbench.summary import format_table; print(format_table(ResultsStore(sys.argv[1]).cells()))" "$baseline"

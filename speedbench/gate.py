@@ -1,0 +1,245 @@
+"""``speedbench gate``: did AL or speedup regress between a baseline and a current results folder?
+
+Cells are matched by ``cell_id`` (a hash of the cell's settings). For every matched cell
+and every gated metric (AL, speedup) the gate estimates current / baseline with a paired
+bootstrap over requests (``gate_stats``) and fails when the metric is worse beyond its
+tolerance *with confidence*: the upper end of the interval is below ``1 - tolerance``.
+A geometric mean over all cells is gated the same way (``per_cell: false`` on a metric gates
+only that pooled row, for cells too small or too noisy alone). Tolerances live in ``conf/gate/``.
+
+Exit codes: 0 pass; 1 a regression (or a cell that failed in the current run);
+2 a usage or config error; 3 cells that do not match (baseline cells missing from the
+current run, or no common cells at all).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from . import gate_stats
+from .records import STATUS_OK
+from .results import ResultsStore
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH = 0, 1, 2, 3
+GATE_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "gate"
+PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
+INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
+BAD = (REGRESSED, FAILED)
+
+
+class GateConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    tolerance: float  # allowed relative loss: fail when the ratio's upper bound < 1 - tolerance
+    per_cell: bool = True  # false: gate only the geometric mean over cells (noisy small cells)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    rules: dict[str, MetricRule]
+    confidence: float = 0.95  # two-sided bootstrap percentile interval
+    n_resamples: int = 2000
+    seed: int = 0
+    min_requests: int = 2  # fewer matched requests in a cell: reported, not gated
+    pooled: bool = True  # also gate the geometric mean over all cells
+
+
+SCALARS = {"confidence": float, "n_resamples": int, "seed": int, "min_requests": int, "pooled": bool}
+
+
+def load_config(path_or_name: str | Path) -> GateConfig:
+    """A gate config from a YAML path, or a name in ``conf/gate/`` (``default``, ``ci``)."""
+    path = Path(path_or_name)
+    if not path.exists() and (GATE_CONF_DIR / f"{path_or_name}.yaml").exists():
+        path = GATE_CONF_DIR / f"{path_or_name}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise GateConfigError(f"gate config {path_or_name}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise GateConfigError(f"gate config {path}: expected a mapping")
+    rules, kwargs = {}, {}
+    for key, value in data.items():
+        if key in gate_stats.METRICS:
+            if not isinstance(value, dict) or "tolerance" not in value or set(value) - {"tolerance", "per_cell"}:
+                raise GateConfigError(f"gate config {path}: {key} must be {{tolerance: <fraction>, per_cell: <bool>}}, got {value!r}")
+            tol, per_cell = value["tolerance"], value.get("per_cell", True)
+            if not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+                raise GateConfigError(f"gate config {path}: {key}.tolerance must be in [0, 1), got {tol!r}")
+            if not isinstance(per_cell, bool):
+                raise GateConfigError(f"gate config {path}: {key}.per_cell must be true or false, got {per_cell!r}")
+            rules[key] = MetricRule(float(tol), per_cell)
+        elif key in SCALARS:
+            kwargs[key] = SCALARS[key](value)
+        else:
+            known = sorted([*gate_stats.METRICS, *SCALARS])
+            raise GateConfigError(f"gate config {path}: unknown key {key!r}; known: {known}")
+    if not rules:
+        raise GateConfigError(f"gate config {path}: no metric to gate (add al: {{tolerance: ...}} or speedup: ...)")
+    cfg = GateConfig(rules=rules, **kwargs)
+    if not cfg.pooled and not all(r.per_cell for r in rules.values()):
+        raise GateConfigError(f"gate config {path}: per_cell: false needs pooled: true (else the metric is never gated)")
+    if not 0.5 <= cfg.confidence < 1 or cfg.n_resamples < 100 or cfg.min_requests < 1:
+        raise GateConfigError(f"gate config {path}: need 0.5 <= confidence < 1, n_resamples >= 100, min_requests >= 1")
+    return cfg
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric of one cell (or of all cells: ``cell_id == "ALL"``)."""
+
+    cell_id: str
+    label: str
+    metric: str
+    baseline: float
+    current: float
+    ratio: float
+    low: float
+    high: float
+    tolerance: float
+    n_requests: int
+    verdict: str
+    note: str = ""
+
+
+@dataclass
+class GateReport:
+    baseline: str
+    current: str
+    config: GateConfig
+    checks: list[Check] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # "cell_id (label)" in baseline, absent from current
+    new: list[str] = field(default_factory=list)  # in current only: not gated
+
+    @property
+    def exit_code(self) -> int:
+        if self.missing or not any(c.cell_id != "ALL" for c in self.checks):
+            return EXIT_MISMATCH
+        return EXIT_REGRESSION if any(c.verdict in BAD for c in self.checks) else EXIT_PASS
+
+    @property
+    def verdict(self) -> str:
+        return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_MISMATCH: "mismatch"}[self.exit_code]
+
+
+def label(row: dict) -> str:
+    bucket = f"/{row['context_bucket']}" if row.get("context_bucket") else ""
+    return f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']} T={row['temperature']:g} {row['category']}{bucket}"
+
+
+def judge(ratio: float, low: float, high: float, tol: float) -> str:
+    if high < 1.0 - tol:
+        return REGRESSED
+    if low > 1.0 + tol:
+        return IMPROVED
+    return PASS
+
+
+def _requests(root: Path, cell_id: str) -> gate_stats.RequestArrays | None:
+    path = root / "requests" / f"{cell_id}.parquet"
+    return gate_stats.RequestArrays.from_frame(pd.read_parquet(path)) if path.exists() else None
+
+
+def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: dict) -> list[tuple[Check, gate_stats.RatioEstimate | None]]:
+    cid, lab = b["cell_id"], label(b)
+    out = []
+    if b["status"] != STATUS_OK or c["status"] != STATUS_OK:
+        failed_now = b["status"] == STATUS_OK
+        verdict, note = (FAILED, f"current cell failed: {c.get('error', '')}") if failed_now else (NA, "baseline cell failed")
+        for metric, rule in cfg.rules.items():
+            out.append((Check(cid, lab, metric, b[metric], c[metric], math.nan, math.nan, math.nan, rule.tolerance, 0, verdict, note), None))
+        return out
+    reqs_b, reqs_c = _requests(base_root, cid), _requests(cur_root, cid)
+    for metric, rule in cfg.rules.items():
+        if reqs_b is None or reqs_c is None:  # only the cell rows: a point comparison
+            point_b, point_c = float(b[metric]), float(c[metric])
+            ratio = point_c / point_b if point_b > 0 else math.nan
+            est = gate_stats.RatioEstimate(point_b, point_c, ratio, ratio, ratio, int(min(b["n_requests"], c["n_requests"])), np.empty(0))
+            note = "no per-request records: point estimate, no interval"
+        else:
+            rng = np.random.default_rng([cfg.seed, int(cid[:12], 16) if _is_hex(cid[:12]) else 0])
+            est = gate_stats.compare(metric, reqs_b, reqs_c, cfg.confidence, cfg.n_resamples, rng)
+            note = ""
+        if math.isnan(est.baseline):
+            verdict, note = NA, "no baseline measurement"
+        elif math.isnan(est.current):
+            verdict, note = REGRESSED, "no measurement in the current run"
+        elif est.n_requests < cfg.min_requests:
+            verdict, note = INSUFFICIENT, f"{est.n_requests} matched request(s) < min_requests={cfg.min_requests}"
+        elif not rule.per_cell:
+            verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
+        else:
+            verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
+        check = Check(cid, lab, metric, est.baseline, est.current, est.ratio, est.low, est.high, rule.tolerance, est.n_requests, verdict, note)
+        out.append((check, est if verdict in (PASS, IMPROVED, REGRESSED, INFO) else None))
+    return out
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(ch in "0123456789abcdef" for ch in text.lower())
+
+
+def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
+    base_rows = {r["cell_id"]: r for r in ResultsStore(baseline).cells().to_dict("records")}
+    cur_rows = {r["cell_id"]: r for r in ResultsStore(current).cells().to_dict("records")}
+    report = GateReport(str(baseline), str(current), cfg)
+    report.missing = [f"{cid} ({label(r)})" for cid, r in base_rows.items() if cid not in cur_rows]
+    report.new = [f"{cid} ({label(r)})" for cid, r in cur_rows.items() if cid not in base_rows]
+    estimates: dict[str, list[gate_stats.RatioEstimate]] = {m: [] for m in cfg.rules}
+    for cid in sorted(set(base_rows) & set(cur_rows)):
+        for check, est in _check_cell(cfg, Path(baseline), Path(current), base_rows[cid], cur_rows[cid]):
+            report.checks.append(check)
+            if est is not None:
+                estimates[check.metric].append(est)
+    if cfg.pooled:
+        for metric, ests in estimates.items():
+            if len(ests) < (2 if cfg.rules[metric].per_cell else 1):  # one gated cell: the pool adds nothing
+                continue
+            ratio, low, high = gate_stats.pooled(ests, cfg.confidence)
+            tol = cfg.rules[metric].tolerance
+            verdict = judge(ratio, low, high, tol) if math.isfinite(ratio) else NA
+            report.checks.append(
+                Check("ALL", f"geometric mean over {len(ests)} cells", metric, math.nan, math.nan, ratio, low, high, tol,
+                      sum(e.n_requests for e in ests), verdict)
+            )
+    return report
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baseline", type=Path, required=True, help="the baseline results folder")
+    parser.add_argument("--current", type=Path, required=True, help="the results folder to judge")
+    parser.add_argument("--config", default=str(GATE_CONF_DIR / "default.yaml"),
+                        help="gate config: a YAML path or a name in conf/gate/ (default: default)")
+    parser.add_argument("--json", type=Path, default=None, help="write the verdict as JSON here")
+    parser.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
+
+
+def main(args: argparse.Namespace) -> int:
+    from .gate_output import format_report, write_json, write_junit
+
+    try:
+        cfg = load_config(args.config)
+    except GateConfigError as exc:
+        print(f"speedbench gate: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    for name, path in (("--baseline", args.baseline), ("--current", args.current)):
+        if not (path / "cells").is_dir():
+            print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
+            return EXIT_CONFIG
+    report = run_gate(args.baseline, args.current, cfg)
+    print(format_report(report))
+    if args.json:
+        write_json(report, args.json)
+    if args.junit:
+        write_junit(report, args.junit)
+    return report.exit_code

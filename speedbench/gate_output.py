@@ -1,0 +1,99 @@
+"""The gate's verdict for people (a table) and for CI systems (JSON, JUnit XML)."""
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+from pathlib import Path
+
+from .gate import BAD, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
+from .results import atomic_write_text
+
+
+def _num(v: float, fmt: str = ".3f") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def format_report(report: GateReport) -> str:
+    conf = f"{report.config.confidence:.0%}"
+    head = f"{'cell':<16} {'case':<34} {'metric':<8} {'baseline':>9} {'current':>9} {'ratio':>7} {conf + ' CI':>17} {'min ok':>7} {'n':>4}  verdict"
+    lines = [f"speedbench gate: {report.current} vs baseline {report.baseline}", head, "-" * len(head)]
+    for c in report.checks:
+        ci = f"[{_num(c.low)}, {_num(c.high)}]"
+        lines.append(
+            f"{c.cell_id:<16} {c.label[:34]:<34} {c.metric:<8} {_num(c.baseline):>9} {_num(c.current):>9} "
+            f"{_num(c.ratio):>7} {ci:>17} {_num(1 - c.tolerance, '.2f'):>7} {c.n_requests:>4}  "
+            f"{c.verdict.upper() if c.verdict in BAD else c.verdict}{'  (' + c.note + ')' if c.note else ''}"
+        )
+    for cell in report.missing:
+        lines.append(f"MISSING in current: {cell}")
+    for cell in report.new:
+        lines.append(f"new in current (not gated): {cell}")
+    n_bad = sum(c.verdict in BAD for c in report.checks)
+    if report.missing:
+        tail = f"MISMATCH: {len(report.missing)} baseline cell(s) missing from the current run (same config? same run settings?)"
+    elif not any(c.cell_id != "ALL" for c in report.checks):
+        tail = "MISMATCH: no cell in common between baseline and current (cell ids hash the settings; compare like with like)"
+    elif n_bad:
+        tail = f"FAIL: {n_bad} check(s) regressed beyond tolerance (ratio's upper bound < min ok)"
+    else:
+        tail = "PASS"
+    return "\n".join(lines + [tail])
+
+
+def to_dict(report: GateReport) -> dict:
+    return {
+        "verdict": report.verdict,
+        "exit_code": report.exit_code,
+        "baseline": report.baseline,
+        "current": report.current,
+        "config": asdict(report.config),
+        "checks": [asdict(c) for c in report.checks],
+        "missing_in_current": report.missing,
+        "new_in_current": report.new,
+    }
+
+
+def write_json(report: GateReport, path: Path) -> None:
+    def clean(v):
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    data = to_dict(report)
+    data["checks"] = [{k: clean(v) for k, v in c.items()} for c in data["checks"]]
+    atomic_write_text(Path(path), json.dumps(data, indent=2))
+
+
+def write_junit(report: GateReport, path: Path) -> None:
+    """One test case per (cell, metric); a missing cell is an error case."""
+    suite = ET.Element("testsuite", name="speedbench-gate")
+    failures = errors = skipped = 0
+    for c in report.checks:
+        case = ET.SubElement(suite, "testcase", classname=f"speedbench.gate.{c.cell_id}", name=f"{c.metric}: {c.label}", time="0")
+        text = (
+            f"{c.metric}: baseline {_num(c.baseline)} current {_num(c.current)} ratio {_num(c.ratio)} "
+            f"CI [{_num(c.low)}, {_num(c.high)}] tolerance {c.tolerance:g} n={c.n_requests} {c.note}".strip()
+        )
+        if c.verdict in BAD:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{c.metric} {c.verdict}", type=c.verdict).text = text
+        elif c.verdict in (INSUFFICIENT, NA, INFO):
+            skipped += 1
+            ET.SubElement(case, "skipped", message=c.note or c.verdict)
+        else:
+            ET.SubElement(case, "system-out").text = text
+    for cell in report.missing:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="speedbench.gate.missing", name=cell, time="0")
+        ET.SubElement(case, "error", message="cell missing from the current run", type="mismatch").text = cell
+    if report.exit_code != EXIT_PASS and not (failures or errors):  # e.g. no cell in common
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="speedbench.gate", name="cells match", time="0")
+        ET.SubElement(case, "error", message="no cell in common", type="mismatch")
+    suite.set("tests", str(len(suite)))
+    for key, val in (("failures", failures), ("errors", errors), ("skipped", skipped)):
+        suite.set(key, str(val))
+    root = ET.Element("testsuites", name="speedbench-gate")
+    root.append(suite)
+    ET.indent(root)
+    atomic_write_text(Path(path), ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")

@@ -1,0 +1,123 @@
+"""The gate's statistics: cell-level AL and speedup from per-request records, and a paired
+bootstrap of the ratio current / baseline over requests.
+
+Cell-level metrics are the cell table's own definitions (``metrics.py``), computed on a set
+of requests, so the point estimate on all requests equals the cell table's value:
+
+* AL      = 1 + sum(accepted) / sum(drafts) over the speculative run's requests
+            (per request: 1 + accepted / n_drafts; pooled so long requests weigh more);
+* speedup = median(baseline TPOT) / median(speculative TPOT) over the requests.
+
+The bootstrap resamples request ids with replacement and evaluates both runs on the same
+resampled ids (requests are matched by id across the two runs: the same prompts), so
+differences between prompts cancel and only the change between the runs remains: for
+deterministic greedy AL two identical runs give a ratio of exactly 1 in every resample.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .records import STATUS_OK
+
+
+@dataclass(frozen=True)
+class RequestArrays:
+    """Per-request columns of one cell in one run, aligned on ``request_ids``."""
+
+    request_ids: tuple[str, ...]
+    accepted: np.ndarray
+    drafts: np.ndarray
+    tpot_baseline: np.ndarray
+    tpot_spec: np.ndarray
+
+    @staticmethod
+    def from_frame(frame: pd.DataFrame) -> "RequestArrays":
+        ok = frame[frame["status"] == STATUS_OK]
+        spec = ok[ok["role"] == "spec"].drop_duplicates("request_id").set_index("request_id")
+        base = ok[ok["role"] == "baseline"].drop_duplicates("request_id").set_index("request_id")
+        ids = sorted(set(spec.index) & set(base.index))
+        return RequestArrays(
+            tuple(ids),
+            spec.loc[ids, "accepted"].to_numpy(float),
+            spec.loc[ids, "n_drafts"].to_numpy(float),
+            base.loc[ids, "tpot"].to_numpy(float),
+            spec.loc[ids, "tpot"].to_numpy(float),
+        )
+
+    def take(self, ids: list[str]) -> "RequestArrays":
+        pos = {r: i for i, r in enumerate(self.request_ids)}
+        idx = np.array([pos[r] for r in ids], dtype=int)
+        return RequestArrays(tuple(ids), self.accepted[idx], self.drafts[idx], self.tpot_baseline[idx], self.tpot_spec[idx])
+
+
+def al(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
+    """AL for each row of resampled request indices ``idx`` (shape [resamples, n])."""
+    drafts = r.drafts[idx].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(drafts > 0, 1.0 + r.accepted[idx].sum(-1) / drafts, np.nan)
+
+
+def speedup(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
+    """Median baseline TPOT / median speculative TPOT (NaN TPOTs of 1-token requests ignored)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
+        return np.nanmedian(r.tpot_baseline[idx], -1) / np.nanmedian(r.tpot_spec[idx], -1)
+
+
+METRICS = {"al": al, "speedup": speedup}
+
+
+@dataclass(frozen=True)
+class RatioEstimate:
+    baseline: float  # the metric on all matched requests, baseline run
+    current: float
+    ratio: float  # current / baseline
+    low: float  # bootstrap percentile interval of the ratio at the gate's confidence
+    high: float
+    n_requests: int
+    samples: np.ndarray  # the bootstrap ratios (for pooling across cells); empty when not bootstrapped
+
+
+def compare(
+    metric: str, base: RequestArrays, cur: RequestArrays, confidence: float, n_resamples: int, rng: np.random.Generator
+) -> RatioEstimate:
+    """Point ratio and paired-bootstrap interval of ``metric`` current / baseline."""
+    ids = sorted(set(base.request_ids) & set(cur.request_ids))
+    fn = METRICS[metric]
+    b, c = base.take(ids), cur.take(ids)
+    n = len(ids)
+    if n == 0:
+        return RatioEstimate(math.nan, math.nan, math.nan, math.nan, math.nan, 0, np.empty(0))
+    every = np.arange(n)[None]
+    point_b, point_c = float(fn(b, every)[0]), float(fn(c, every)[0])
+    ratio = point_c / point_b if point_b > 0 else math.nan
+    idx = rng.integers(0, n, size=(n_resamples, n))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        samples = fn(c, idx) / fn(b, idx)
+    finite = samples[np.isfinite(samples)]
+    if finite.size == 0:
+        return RatioEstimate(point_b, point_c, ratio, ratio, ratio, n, np.empty(0))
+    tail = (1.0 - confidence) / 2
+    low, high = np.quantile(finite, [tail, 1.0 - tail])
+    return RatioEstimate(point_b, point_c, ratio, float(low), float(high), n, samples)
+
+
+def pooled(estimates: list[RatioEstimate], confidence: float) -> tuple[float, float, float]:
+    """Geometric mean of per-cell ratios and its interval (resample i of every cell together)."""
+    usable = [e for e in estimates if e.samples.size and math.isfinite(e.ratio) and e.ratio > 0]
+    if not usable:
+        return math.nan, math.nan, math.nan
+    point = float(np.exp(np.mean([math.log(e.ratio) for e in usable])))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logs = np.mean(np.log(np.stack([e.samples for e in usable])), axis=0)
+    logs = logs[np.isfinite(logs)]
+    if logs.size == 0:
+        return point, point, point
+    tail = (1.0 - confidence) / 2
+    low, high = np.exp(np.quantile(logs, [tail, 1.0 - tail]))
+    return point, float(low), float(high)

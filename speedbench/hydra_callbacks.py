@@ -1,0 +1,45 @@
+"""Hydra callbacks (the edge): registered in ``conf/config.yaml`` under ``hydra.callbacks``.
+
+``SweepGate`` runs in the launching process around a multirun, whatever the launcher
+(in-process, submitit local, Slurm):
+
+* ``on_multirun_start`` resolves ``run_id`` once, before any job is launched. Hydra copies
+  the primary config's resolver cache into every job's config (and submitit pickles it
+  with the launcher), so ``${now:...}`` gives every job the same ``run_id`` and all jobs
+  write into one results folder, even when they start minutes later on other machines.
+* ``on_multirun_end`` applies ``sweep.allowed_failure_frac`` to the whole sweep, reading
+  the cells all jobs wrote; ``speedbench run`` turns the verdict into its exit code.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from .sweeps import SweepVerdict, sweep_verdict
+
+log = logging.getLogger(__name__)
+_LAST: list[SweepVerdict] = []
+
+
+def take_verdict() -> SweepVerdict | None:
+    """The verdict of the multirun that just ended in this process (and forget it)."""
+    return _LAST.pop() if _LAST else None
+
+
+def clear_verdict() -> None:
+    _LAST.clear()
+
+
+class SweepGate(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        root = Path(str(config.results_dir)) / str(config.run_id)
+        verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
+        _LAST[:] = [verdict]
+        (log.info if verdict.ok else log.error)(verdict.message())

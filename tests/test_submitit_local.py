@@ -1,0 +1,30 @@
+"""A sweep through hydra/launcher=local (submitit): each job in its own process, all jobs
+writing into one results folder under one run_id resolved once at launch, and the
+failure fraction judged over the whole sweep in the launching process."""
+import json
+
+from speedbench.results import ResultsStore
+from tests.sweep_helpers import run_speedbench
+
+
+def test_submitit_local_jobs_share_one_results_folder(tmp_path):
+    # no run_id given: the default ${now:...} must resolve to the same folder in every job
+    proc = run_speedbench(
+        tmp_path, "run", f"results_dir={tmp_path}", "hydra/launcher=local", "drafter=tiny_draft",
+        "dataset.categories=[coding]", "max_new_tokens=4", "warmup_batches=0", "sweep.allowed_failure_frac=0.5",
+        "drafter.model=random:tiny-draft,random:no-such-preset", "-m", timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    folders = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert len(folders) == 1, folders
+    root = folders[0]
+    cells = ResultsStore(root).cells()
+    assert len(cells) == 2 and sorted(cells.status) == ["failed", "ok"]
+    assert set(cells.run_id) == {root.name}
+    # two submitit jobs, each its own process (its own job folder and log)
+    jobs = [p for p in (root / ".hydra" / ".submitit").iterdir() if p.is_dir() and not p.name.startswith("%")]
+    assert len(jobs) == 2
+    assert all(any(j.glob("*_result.pkl")) for j in jobs)
+    # the broken job is 100% failed on its own; over the sweep 1 of 2 = 50% is allowed
+    assert "1 of 2 cells failed (50%), within" in proc.stdout
+    assert json.loads((root / "provenance.json").read_text())["config"]["run_id"] == root.name
