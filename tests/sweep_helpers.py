@@ -21,7 +21,7 @@ def make_run(results_dir: Path, run_id: str, categories=("coding", "math", "writ
     run = RunConfig(
         target=ModelConfig(name="tiny", path="random:tiny-target"),
         drafter=DrafterConfig(name="ngram", method="ngram", num_speculative_tokens=4),
-        dataset=DatasetConfig(categories=list(categories)),
+        dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=list(categories), n_requests=2 * len(categories)),
         backend=BackendConfig(),
         sampling=SamplingConfig(),
         results_dir=str(results_dir),

@@ -11,7 +11,7 @@ from speedbench.results import ResultsStore
 from tests.sweep_helpers import speedbench_cmd, subprocess_env
 
 # 2 draft lengths (jobs) x 3 categories (cells per job) = 6 cells
-SWEEP = ["run", "run_id=killed", "drafter.num_speculative_tokens=2,3", "max_new_tokens=8",
+SWEEP = ["run", "run_id=killed", "dataset=mini", "drafter.num_speculative_tokens=2,3", "max_new_tokens=8",
          "warmup_batches=0", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "-m"]
 N_CELLS = 6
 

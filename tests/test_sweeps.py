@@ -42,7 +42,7 @@ def load_calls(monkeypatch):
 
 
 def test_a_sweep_over_draft_lengths_loads_each_model_once(tmp_path, in_process, load_calls):
-    rc = in_process(tmp_path, "run_id=once", "drafter=tiny_draft", "dataset.categories=[coding]",
+    rc = in_process(tmp_path, "run_id=once", "drafter=tiny_draft", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2",
                     "drafter.num_speculative_tokens=1,2,3", "-m")
     assert rc == 0
     cells = ResultsStore(tmp_path / "once").cells()
@@ -78,7 +78,7 @@ def test_rerun_redoes_failed_cells_and_skips_finished_ones(tmp_path, monkeypatch
 
 def test_failure_fraction_applies_to_the_whole_sweep(tmp_path, in_process, capsys):
     # two jobs, one cell each; the second job's drafter cannot load: 1 of 2 cells fail.
-    sweep = ["run_id=frac", "drafter=tiny_draft", "dataset.categories=[coding]",
+    sweep = ["run_id=frac", "drafter=tiny_draft", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2",
              "drafter.model=random:tiny-draft,random:no-such-preset"]
     # per job, the broken job alone is 100% failed; over the sweep it is 50%
     assert in_process(tmp_path, *sweep, "sweep.allowed_failure_frac=0.5", "-m") == 0
