@@ -53,6 +53,8 @@ class TurnResult:
     drafted: int = 0
     accepted: int = 0
     hist: list[int] = field(default_factory=list)
+    # False: ``steps`` are timing rows only and acceptance comes from the pooled counts above
+    counts_from_steps: bool = True
 
 
 def add_hist(hist: list[int], k: int, n: int = 1) -> None:
@@ -88,12 +90,12 @@ def fold_turns(
         if len(turn.output_ids) > 1:
             decode_s += turn.decode_s
             decode_tokens += len(turn.output_ids) - 1
-        if turn.steps is None:
+        pooled = turn.steps is None or not turn.counts_from_steps
+        if pooled:
             n_drafts, drafted, accepted = n_drafts + turn.n_drafts, drafted + turn.drafted, accepted + turn.accepted
             for k, n in enumerate(turn.hist):
                 add_hist(hist, k, n)
-            continue
-        for s in turn.steps:
+        for s in turn.steps or ():
             steps.append(
                 StepRecord(
                     request_id=req.request_id, step=len(steps), batch_index=batch_index, drafted=s.drafted,
@@ -101,7 +103,7 @@ def fold_turns(
                     t_accept=NAN, t_step=s.t_step, verify_tokens=-1,
                 )
             )
-            if s.drafted > 0:
+            if s.drafted > 0 and not pooled:
                 n_drafts, drafted, accepted = n_drafts + 1, drafted + s.drafted, accepted + s.accepted
                 add_hist(hist, s.accepted)
     record = RequestRecord(

