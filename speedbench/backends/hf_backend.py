@@ -111,16 +111,17 @@ class HFBackend(Backend):
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self.full_drafts = bool(cfg.options.get("full_drafts", True))
 
-    def check(self, drafter) -> None:
+    def check(self, drafter, batch_size: int | None = None) -> None:
+        batch_size = self.run.batch_size if batch_size is None else batch_size
         if drafter.method not in METHODS:
             raise ValueError(f"drafter.method={drafter.method!r} is not supported by backend=hf; supported: {list(METHODS)}")
         if drafter.method == "ngram" and drafter.prompt_lookup_min != 1:
             raise ValueError("backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1")
         if drafter.method == "draft_model" and not drafter.model:
             raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
-        if self.run.batch_size != 1:
+        if batch_size != 1:
             raise ValueError(
-                f"backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1); got {self.run.batch_size}"
+                f"backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1); got {batch_size}"
             )
 
     def info(self) -> dict[str, Any]:
@@ -145,7 +146,7 @@ class HFBackend(Backend):
         return kwargs
 
     def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        self.check(spec.drafter)
+        self.check(spec.drafter, spec.batch_size)
         assist = self._assistant(spec.drafter)
         records, steps = [], []
         t0 = time.perf_counter()
