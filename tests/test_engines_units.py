@@ -11,6 +11,7 @@ from speedbench.backends import spec_counters
 from speedbench.backends.common import StepCounts, TurnResult, fold_turns, hist_from_per_pos
 from speedbench.backends.openai_stream import chunk_from_event, parse_event
 from speedbench.backends.vllm_backend import _put_counters_on_first
+from speedbench.backends.vllm_profile import scope_durations
 from speedbench.backends.vllm_spec import check_method, speculative_config
 from speedbench.config import DrafterConfig
 from speedbench.records import Request
@@ -113,3 +114,15 @@ def test_counter_deltas_are_carried_once_per_batch_so_pooling_is_exact():
 def test_missing_times_do_not_poison_the_cell_means():
     assert metrics.stats_ms([math.nan, 0.002, 0.004])[0] == pytest.approx(3.0)
     assert all(math.isnan(x) for x in metrics.stats_ms([math.nan]))
+
+
+def test_profiler_scopes_are_read_in_time_order():
+    trace = {"traceEvents": [
+        {"ph": "X", "name": "gpu_model_runner: forward", "ts": 30, "dur": 2000},
+        {"ph": "X", "name": "gpu_model_runner: forward", "ts": 10, "dur": 9000},
+        {"ph": "X", "name": "gpu_model_runner: draft", "ts": 20, "dur": 500},
+        {"ph": "X", "name": "aten::mm", "ts": 11, "dur": 100},
+        {"ph": "B", "name": "gpu_model_runner: draft", "ts": 40},
+    ]}
+    d = scope_durations(trace)
+    assert d["verify"] == pytest.approx([0.009, 0.002]) and d["draft"] == pytest.approx([0.0005])

@@ -16,34 +16,45 @@ Acceptance, in order of preference:
     AL is not meaningful.
 The counter delta over the whole call is also kept in ``extra["counters"]`` as a cross-check.
 Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_token_ts``
-(the engine's monotonic clock). vLLM exposes no draft/verify split per step: those times are
-NaN (``extra["timing_split"]`` says so).
+(the engine's monotonic clock). vLLM gives no draft/verify split per request step: the step
+rows' times are NaN. With ``profile_split`` (default on CPU) one extra, profiled batch per call
+reads the split from vLLM's model-runner scopes into ``extra["profiled_split"]`` (see
+``vllm_profile``); ``extra["timing_split"]`` says which it was.
 
 Keys of ``backend.options`` speedbench reads itself: ``max_engines``, ``max_num_seqs``,
-``spec_metrics`` (auto | per_request | counters). Every other key goes to ``vllm.LLM``.
+``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false).
+Every other key goes to ``vllm.LLM``.
 """
 from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
 import json
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 from .. import models
 from ..model_export import local_dir
+from ..data.chat import render_conversation
 from ..records import Request
-from . import spec_counters
+from . import spec_counters, vllm_profile
 from .base import Backend, GenerateOutput, GenerateSpec
 from .common import NAN, StepCounts, TurnResult, batches, failed_record, fold_turns, run_conversations
 from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
 
 log = logging.getLogger(__name__)
-OWN_OPTIONS = ("max_engines", "max_num_seqs", "spec_metrics")
+OWN_OPTIONS = ("max_engines", "max_num_seqs", "spec_metrics", "profile_split")
 CPU_DEFAULTS = {"kv_cache_memory_bytes": 512 << 20, "enforce_eager": True}
 TIMING_SPLIT = "missing: vLLM reports no per-step draft/verify times; t_draft/t_verify are NaN"
+PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra profiled batch "
+            "(first iteration dropped; profiler overhead included); step rows stay NaN")
 
 
 class VllmBackend(Backend):
@@ -63,16 +74,27 @@ class VllmBackend(Backend):
         self.max_engines = int(opts.pop("max_engines", 2))
         self.max_num_seqs = int(opts.pop("max_num_seqs", 8))
         self.spec_metrics = str(opts.pop("spec_metrics", "auto"))
+        profile = str(opts.pop("profile_split", "auto")).lower()
         if self.spec_metrics not in ("auto", "per_request", "counters"):
             raise ValueError(f"backend.options.spec_metrics must be auto, per_request or counters, got {self.spec_metrics!r}")
         if self.max_engines < 1:
             raise ValueError(f"backend.options.max_engines must be >= 1, got {self.max_engines}")
         self.on_cpu = current_platform.is_cpu()
+        if profile not in ("auto", "true", "false"):
+            raise ValueError(f"backend.options.profile_split must be auto, true or false, got {profile!r}")
+        # host-side scope times are compute times on CPU only (CUDA kernels run asynchronously)
+        self.profile = profile == "true" or (profile == "auto" and self.on_cpu)
+        self._trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if self.profile else None
+        if self.profile:
+            os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
+        self._baseline_split: dict[int, dict] = {}
         self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
         want = run.backend.device
         if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
             raise ValueError(f"backend.device={want!r} but the installed vLLM runs on {self.device!r}")
         defaults = dict(CPU_DEFAULTS) if self.on_cpu else {"gpu_memory_utilization": round(0.85 / self.max_engines, 3)}
+        # the warm-up runs the same prompts first: with prefix caching the measured TTFT would be a cache hit
+        defaults["enable_prefix_caching"] = False
         if "gpu_memory_utilization" in opts or "kv_cache_memory_bytes" in opts:
             defaults.pop("kv_cache_memory_bytes", None)
             defaults.pop("gpu_memory_utilization", None)
@@ -109,6 +131,8 @@ class VllmBackend(Backend):
             trust_remote_code=t.trust_remote_code, seed=self.run.seed, max_num_seqs=seqs,
             disable_log_stats=False,  # else no RequestOutput.metrics and no counters at all
         ) | self.llm_args
+        if self.profile:
+            kwargs["profiler_config"] = vllm_profile.profiler_config(self._trace_dir(key))
         if spec_cfg is not None:
             kwargs["speculative_config"] = spec_cfg
             if self.spec_metrics != "counters" and self._per_request_ok:
@@ -125,14 +149,20 @@ class VllmBackend(Backend):
     def close(self) -> None:
         while self._engines:
             _shutdown(self._engines.popitem()[1])
+        if self._trace_root:
+            shutil.rmtree(self._trace_root, ignore_errors=True)
+
+    def _trace_dir(self, key: str) -> str:
+        path = Path(self._trace_root) / hashlib.sha256(key.encode()).hexdigest()[:12]
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
 
     def info(self) -> dict[str, Any]:
-        import os
-
         return {
             "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": self.device,
             "llm_args": {k: v for k, v in self.llm_args.items()}, "max_engines": self.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+            "profile_split": self.profile,
         }
 
     # ---- generation ------------------------------------------------------------------------------
@@ -174,11 +204,33 @@ class VllmBackend(Backend):
                 sources.add(rec.al_source)
         wall = time.perf_counter() - t0
         extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
+        if self.profile and spec.role != "warmup" and requests:
+            self._profile(llm, key, requests[: spec.batch_size], params, spec, extra)
         if speculative:
             extra["speculative_config"] = speculative_config(spec.drafter)
             extra["al_detail"] = _describe(sources)
             extra["counters"] = total.as_dict() if total is not None else "unavailable"
         return GenerateOutput(records, steps, wall, extra)
+
+    def _profile(self, llm, key: str, batch: list[Request], params, spec: GenerateSpec, extra: dict) -> None:
+        """One extra batch (first turns) under the profiler: draft and forward scope times."""
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=render_conversation(self.tokenizer, [], r.turns[0])) for r in batch]
+        try:
+            split = vllm_profile.profile_split(
+                llm, lambda: llm.generate(prompts, params, use_tqdm=False), self._trace_dir(key)
+            )
+        except Exception as exc:  # the measurement stands; only the split is missing
+            log.warning("vllm: profiled pass failed: %s", exc)
+            split = {"status": f"missing: profiled pass failed: {type(exc).__name__}: {exc}"}
+        if spec.drafter.method == "none":
+            self._baseline_split[spec.batch_size] = split
+            extra["profiled_split"] = split
+        else:
+            base = self._baseline_split.get(spec.batch_size, {})
+            extra["profiled_split"] = split | ({"verify_baseline": base["verify"]} if "verify" in base else {})
+        extra["timing_split"] = PROFILED if split.get("status") == "measured" else split["status"]
 
     def _sampling(self, spec: GenerateSpec):
         from vllm import SamplingParams
