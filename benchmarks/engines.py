@@ -41,6 +41,8 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default="random:tiny-draft")
     p.add_argument("--n-requests", type=int, default=16, help="prompts (the smoke prompts, cycled)")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for torch/hf (1 avoids OpenMP oversubscription on a shared machine; 0 = torch default)")
     p.add_argument("--out", default=None, help="results folder (default results/engines/<timestamp>)")
 
 
@@ -63,7 +65,8 @@ def run_config(args, out: Path, prompts: Path, engine: str, batch: int, depth: i
     run = RunConfig(
         target=ModelConfig(name="tiny", path=target), drafter=drafter,
         dataset=DatasetConfig(name="smoke-cycled", path=str(prompts)),
-        backend=BackendConfig(name=engine, options=options), sampling=SamplingConfig(),
+        backend=BackendConfig(name=engine, options=options, num_threads=(args.threads or None) if engine != "vllm" else None),
+        sampling=SamplingConfig(),
         batch_size=batch, max_new_tokens=args.max_new_tokens, ignore_eos=True, warmup_batches=1,
         results_dir=str(out), run_id=engine, resume=True, per_category=False,
     )

@@ -24,9 +24,12 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": D, "prompt_lookup_min": 1,
 @pytest.fixture(scope="module")
 def servers(engine_models, tmp_path_factory):
     logs = tmp_path_factory.mktemp("servers")
-    spec = VllmServer(engine_models["target"], ["--speculative-config", json.dumps(NGRAM),
+    template = logs / "chat.jinja"  # the byte-level tiny tokenizer has no chat template of its own
+    template.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:")
+    common = ["--chat-template", str(template)]
+    spec = VllmServer(engine_models["target"], [*common, "--speculative-config", json.dumps(NGRAM),
                                                 "--per-request-spec-decode-metrics", "detailed"], logs / "spec.log")
-    base = VllmServer(engine_models["target"], [], logs / "base.log")
+    base = VllmServer(engine_models["target"], common, logs / "base.log")
     try:
         spec.wait_ready()
         base.wait_ready()
@@ -71,6 +74,15 @@ def test_chunk_acceptance_is_reported_beside_it(runs):
     assert 1 <= spec.extra["al_chunks"] <= 1 + D
     assert 0 <= spec.extra["merged_chunk_frac"] <= 1
     assert runs["baseline"].extra["counters"]["drafts"] == 0
+
+
+def test_chat_endpoint_streams_and_reports_acceptance(servers, engine_models):
+    chat = make_backend("openai", engine_models["target"], servers | {"endpoint": "chat"}, batch_size=2)
+    base, spec = generate(chat, "none", batch_size=2), generate(chat, "ngram", batch_size=2)
+    assert all(r.status == "ok" and r.n_tokens == 32 for r in base.requests + spec.requests), \
+        [r.error for r in base.requests + spec.requests]
+    assert metrics.agreement(base.requests, spec.requests).match_rate == 1.0
+    assert {r.al_source for r in spec.requests} == {"steps"} and 1 <= metrics.acceptance(spec.requests, D).al <= 1 + D
 
 
 def test_a_server_with_another_draft_length_is_refused(client):

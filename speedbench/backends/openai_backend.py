@@ -192,7 +192,8 @@ class OpenAIBackend(Backend):
         if ids is None:  # the server did not return ids: re-tokenise its text (approximate for agreement)
             ids = self.tokenizer(res.text, add_special_tokens=False)["input_ids"]
         t_first, t_last = res.chunks[0].t, res.chunks[-1].t
-        prompt_tokens = (res.usage or {}).get("prompt_tokens", len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0)
+        local_len = len(prompt) if self.opts["endpoint"] == "completions" else 0  # chat: the server's template
+        prompt_tokens = int((res.usage or {}).get("prompt_tokens", local_len))
         turn = TurnResult(ids, prompt_tokens, t_first - res.t_send, t_last - t_first, t_last - res.t_send,
                           steps=None, al_source="none")
         counts = res.counts
