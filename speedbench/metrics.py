@@ -86,8 +86,9 @@ def tokens_per_step(steps: Sequence[StepRecord]) -> float:
 
 
 def stats_ms(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, median, p90) in milliseconds; NaN when empty."""
-    if not len(values):
+    """(mean, median, p90) in milliseconds over the measured values (NaN = not measured); NaN when none."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
         return NAN, NAN, NAN
     arr = np.asarray(values, dtype=float) * 1e3
     return float(arr.mean()), float(np.median(arr)), float(np.percentile(arr, 90))

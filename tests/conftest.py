@@ -37,3 +37,17 @@ def make_context(target, draft, impl: str) -> DraftContext:
 @pytest.fixture
 def clock():
     return Clock("cpu")
+
+
+@pytest.fixture(scope="session")
+def engine_models(tmp_path_factory):
+    """The tiny target and draft as folders every engine loads (vLLM cannot load ``random:`` presets)."""
+    from speedbench.model_export import export, local_dir
+
+    from .engine_support import TINY_DRAFT, TINY_TARGET
+
+    root = tmp_path_factory.mktemp("engine-models")
+    return {
+        name: str(export(path, root / name)) if path.startswith("random:") else local_dir(path)
+        for name, path in (("target", TINY_TARGET), ("draft", TINY_DRAFT))
+    }

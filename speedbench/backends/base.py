@@ -60,3 +60,6 @@ class Backend(ABC):
 BACKENDS: Registry[type[Backend]] = Registry("backend")
 BACKENDS.register("torch", "speedbench.backends.torch_backend:TorchBackend")
 BACKENDS.register("synthetic", "speedbench.backends.synthetic:SyntheticBackend")
+BACKENDS.register("vllm", "speedbench.backends.vllm_backend:VllmBackend")
+BACKENDS.register("openai", "speedbench.backends.openai_backend:OpenAIBackend")
+BACKENDS.register("hf", "speedbench.backends.hf_backend:HFBackend")

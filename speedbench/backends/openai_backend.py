@@ -1,0 +1,254 @@
+"""``backend=openai``: any OpenAI-compatible server (vllm serve, SGLang, TensorRT-LLM serve).
+
+The speculative run goes to ``backend.options.base_url``; the baseline to
+``backend.options.baseline_url``, a second server of the same target without speculation.
+Speculation is configured on the server, so the drafter config here only names the cell
+(method, D); with vLLM's ``/metrics`` the server's D is checked against ``drafter.num_speculative_tokens``.
+
+Requests stream from ``/v1/completions`` (prompt token ids rendered with the same chat renderer
+as every other backend) or ``/v1/chat/completions`` (``endpoint: chat``; the server applies
+its chat template), with at most B requests in flight (B = ``batch_size``) and an optional
+Poisson ``request_rate``. Per request:
+
+* TTFT = first chunk with tokens - send; TPOT = (t_last - t_first) / (tokens - 1); step times =
+  chunk inter-arrival times (a chunk is one engine step for vLLM);
+* acceptance, ``al_source``: ``steps`` when the server returns per-request spec-decode metrics
+  (vLLM ``--per-request-spec-decode-metrics``), else ``chunks``: tokens per chunk with the
+  first (prefill) chunk and the final chunk trimmed, as SPEED-Bench does. Chunk AL counts
+  every step, also steps where a lookup drafter proposed nothing, and a slow client can see
+  two engine steps merged into one chunk: ``extra`` reports the merged-chunk fraction.
+  ``drafted`` from chunks is nominal (D per step).
+* ``/metrics`` counter deltas over the whole call go to ``extra["counters"]`` (engine-wide:
+  other traffic on the server pollutes them).
+
+The API key is read from the environment variable named by ``api_key_env`` at request time;
+it is never written to results or provenance.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import time
+from typing import Any
+
+from .. import models
+from ..data.chat import render_conversation
+from ..records import Request
+from . import spec_counters
+from .base import Backend, GenerateOutput, GenerateSpec
+from .common import NAN, StepCounts, TurnResult, failed_record, fold_turns
+from .openai_stream import StreamResult, stream_request
+
+DEFAULTS = {
+    "base_url": None, "baseline_url": None, "model": None, "api_key_env": None, "endpoint": "completions",
+    "request_rate": math.inf, "timeout_s": 600.0, "metrics": True, "vllm_extensions": True, "extra_body": {},
+}
+
+
+class OpenAIBackend(Backend):
+    name = "openai"
+
+    def __init__(self, run) -> None:
+        super().__init__(run)
+        unknown = set(run.backend.options) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown backend.options for backend=openai: {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+        self.opts = DEFAULTS | dict(run.backend.options)
+        if not self.opts["base_url"]:
+            raise ValueError("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
+        if self.opts["endpoint"] not in ("completions", "chat"):
+            raise ValueError(f"backend.options.endpoint must be completions or chat, got {self.opts['endpoint']!r}")
+        t = run.target
+        self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
+        self._models: dict[str, str] = {}
+
+    def check(self, drafter) -> None:
+        if not self.opts["baseline_url"]:
+            raise ValueError("backend=openai needs backend.options.baseline_url: a server of the same target without speculation")
+        if self.opts["baseline_url"].rstrip("/") == self.opts["base_url"].rstrip("/") and drafter.method != "none":
+            raise ValueError("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
+
+    def info(self) -> dict[str, Any]:
+        return {"backend": self.name, "engine": "openai-compatible server", "device": "remote",
+                "base_url": self.opts["base_url"], "baseline_url": self.opts["baseline_url"],
+                "endpoint": self.opts["endpoint"]}
+
+    # ---- plumbing ----------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        env = self.opts["api_key_env"]
+        if env and os.environ.get(env):
+            return {"Authorization": f"Bearer {os.environ[env]}"}
+        return {}
+
+    def _metrics_url(self, base_url: str) -> str:
+        root = base_url.rstrip("/")
+        return (root[: -len("/v1")] if root.endswith("/v1") else root) + "/metrics"
+
+    async def _model_name(self, client, base_url: str) -> str:
+        if self.opts["model"]:
+            return self.opts["model"]
+        if base_url not in self._models:
+            resp = await client.get(base_url.rstrip("/") + "/models", headers=self._headers(), timeout=30)
+            resp.raise_for_status()
+            self._models[base_url] = resp.json()["data"][0]["id"]
+        return self._models[base_url]
+
+    async def _counters(self, client, base_url: str):
+        if not self.opts["metrics"]:
+            return None
+        try:
+            resp = await client.get(self._metrics_url(base_url), headers=self._headers(), timeout=30)
+        except Exception:  # no /metrics: counters are simply unavailable
+            return None
+        if resp.status_code != 200:
+            return None
+        return spec_counters.from_prometheus_text(resp.text)
+
+    def _body(self, model: str, prompt: list[int] | list[dict], spec: GenerateSpec) -> dict[str, Any]:
+        s = spec.sampling
+        body: dict[str, Any] = {
+            "model": model, "max_tokens": spec.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "seed": s.seed, "stream": True, "stream_options": {"include_usage": True},
+        }
+        if self.opts["endpoint"] == "chat":
+            body["messages"] = prompt
+        else:
+            body["prompt"] = prompt
+        if self.opts["vllm_extensions"]:  # accepted by vLLM (and partly SGLang); OpenAI proper rejects them
+            body["stream_options"]["continuous_usage_stats"] = True
+            body |= {"return_token_ids": True, "ignore_eos": spec.ignore_eos, "top_k": s.top_k if s.top_k > 0 else -1}
+        elif spec.ignore_eos:
+            raise ValueError("ignore_eos needs backend.options.vllm_extensions=true (a server that accepts ignore_eos)")
+        return body | dict(self.opts["extra_body"])
+
+    # ---- generation --------------------------------------------------------------------------------
+    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
+        self.check(spec.drafter)
+        return asyncio.run(self._generate(requests, spec))
+
+    async def _generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
+        import httpx
+
+        speculative = spec.drafter.method != "none"
+        base_url = self.opts["base_url"] if speculative else self.opts["baseline_url"]
+        limits = httpx.Limits(max_connections=spec.batch_size + 4)
+        async with httpx.AsyncClient(limits=limits) as client:
+            model = await self._model_name(client, base_url)
+            before = await self._counters(client, base_url)
+            self._check_server(before, spec)
+            sem = asyncio.Semaphore(spec.batch_size)
+            rng = random.Random(spec.sampling.seed)
+            rate = float(self.opts["request_rate"])
+            t0 = time.perf_counter()
+            tasks, delay = [], 0.0
+            for req in requests:
+                tasks.append(asyncio.create_task(self._request(client, sem, base_url, model, req, spec, t0 + delay)))
+                if math.isfinite(rate) and rate > 0:
+                    delay += rng.expovariate(rate)
+            results = await asyncio.gather(*tasks)
+            wall = time.perf_counter() - t0
+            after = await self._counters(client, base_url)
+        records, steps = [], []
+        for rec, st in results:
+            records.append(rec)
+            steps += st
+        return GenerateOutput(records, steps, wall, self._extra(spec, records, steps, before, after))
+
+    async def _request(self, client, sem, base_url, model, req: Request, spec: GenerateSpec, start_at: float):
+        wait = start_at - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        async with sem:
+            try:
+                turns: list[TurnResult] = []
+                history: list[tuple[str, str]] = []
+                for user in req.turns:
+                    prompt = self._prompt(history, user)
+                    body = self._body(model, prompt, spec)
+                    url = base_url.rstrip("/") + ("/chat/completions" if self.opts["endpoint"] == "chat" else "/completions")
+                    res = await stream_request(client, url, body, self._headers(), float(self.opts["timeout_s"]))
+                    turn, text = self._turn_result(res, prompt, spec)
+                    turns.append(turn)
+                    history.append((user, text))
+                return fold_turns(req, spec.role, turns)
+            except Exception as exc:  # a failed request is data
+                return failed_record(req, spec.role, exc), []
+
+    def _prompt(self, history: list[tuple[str, str]], user: str):
+        if self.opts["endpoint"] == "chat":
+            messages: list[dict] = []
+            for u, a in history:
+                messages += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+            return messages + [{"role": "user", "content": user}]
+        return render_conversation(self.tokenizer, history, user)
+
+    def _turn_result(self, res: StreamResult, prompt, spec: GenerateSpec) -> tuple[TurnResult, str]:
+        if not res.chunks:
+            raise RuntimeError(f"the server streamed no tokens (finish_reason={res.finish_reason})")
+        ids = res.token_ids
+        text = res.text if ids is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        if ids is None:  # the server did not return ids: re-tokenise its text (approximate for agreement)
+            ids = self.tokenizer(res.text, add_special_tokens=False)["input_ids"]
+        t_first, t_last = res.chunks[0].t, res.chunks[-1].t
+        local_len = len(prompt) if self.opts["endpoint"] == "completions" else 0  # chat: the server's template
+        prompt_tokens = int((res.usage or {}).get("prompt_tokens", local_len))
+        turn = TurnResult(ids, prompt_tokens, t_first - res.t_send, t_last - t_first, t_last - res.t_send,
+                          steps=None, al_source="none")
+        counts = res.counts
+        d = spec.drafter.num_speculative_tokens
+        if counts is not None:
+            # first chunk = prefill, last chunk = possibly cut by max_tokens/EOS: trimmed (SPEED-Bench)
+            middle = list(zip(res.chunks[1:-1], counts[1:-1]))
+            turn.steps = [
+                StepCounts(d if d else 0, n - 1, emitted=n, t_step=c.t - p.t)
+                for (c, n), p in zip(middle, res.chunks[:-2])
+            ]
+            turn.al_source = "chunks" if d else "none"
+        sd = res.spec_metrics
+        if d and sd and sd.get("acceptance_histogram") is not None:
+            hist = list(sd["acceptance_histogram"])
+            turn.counts_from_steps = False
+            turn.n_drafts = int(sd.get("num_spec_steps", sum(hist)))
+            turn.drafted = int(sd.get("num_draft_tokens", 0))
+            turn.accepted = int(sd.get("num_accepted_draft_tokens", sum(j * n for j, n in enumerate(hist))))
+            turn.hist = hist
+            turn.al_source = "steps"
+        return turn, text
+
+    def _extra(self, spec, records, steps, before, after) -> dict[str, Any]:
+        d = spec.drafter.num_speculative_tokens
+        extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
+                                 "timing_split": "missing: a server exposes no per-step draft/verify times"}
+        sizes = [s.emitted for s in steps]
+        limit = d + 1 if d else 1
+        extra["merged_chunk_frac"] = sum(n > limit for n in sizes) / len(sizes) if sizes else NAN
+        if d:
+            extra["al_chunks"] = 1 + sum(n - 1 for n in sizes) / len(sizes) if sizes else NAN
+            sources = sorted({r.al_source for r in records if r.status == "ok"})
+            extra["al_detail"] = (
+                "per-request spec-decode metrics from the server's response (per verify step)" if sources == ["steps"]
+                else "tokens per streamed chunk, first and last chunk trimmed; drafted is nominal (D per step)"
+                if sources == ["chunks"] else f"mixed/unavailable: {sources}"
+            )
+        if before is not None and after is not None:
+            delta = after - before
+            extra["counters"] = delta.as_dict()
+            extra["counters_note"] = "engine-wide /metrics delta over this call: other traffic on the server is included"
+        else:
+            extra["counters"] = "unavailable"
+        return extra
+
+    def _check_server(self, counters, spec) -> None:
+        """With vLLM's /metrics: the spec server's D must be the drafter's; the baseline must not speculate."""
+        if counters is None:
+            return
+        d = spec.drafter.num_speculative_tokens
+        if d and counters.per_pos and len(counters.per_pos) != d:
+            raise ValueError(
+                f"the server at {self.opts['base_url']} speculates {len(counters.per_pos)} tokens but "
+                f"drafter.num_speculative_tokens={d}"
+            )
+        if not d and counters.per_pos:
+            raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")

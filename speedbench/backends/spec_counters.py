@@ -1,0 +1,109 @@
+"""vLLM's cumulative speculative-decoding counters, read before and after a run and subtracted.
+
+Counters are engine-wide: a delta covers every request the engine served in between (a
+batch, or all traffic on a shared server), never one request. AL from them follows the
+project's convention (metrics.py): AL = 1 + accepted / drafts, where a draft is a step with
+at least one proposed token.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .common import hist_from_per_pos
+
+NAMES = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+}
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_pos: tuple[int, ...] = field(default_factory=tuple)
+
+    def __sub__(self, other: "SpecCounters") -> "SpecCounters":
+        n = max(len(self.per_pos), len(other.per_pos))
+        a = list(self.per_pos) + [0] * (n - len(self.per_pos))
+        b = list(other.per_pos) + [0] * (n - len(other.per_pos))
+        return SpecCounters(
+            self.drafts - other.drafts, self.draft_tokens - other.draft_tokens,
+            self.accepted - other.accepted, tuple(x - y for x, y in zip(a, b)),
+        )
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        n = max(len(self.per_pos), len(other.per_pos))
+        a = list(self.per_pos) + [0] * (n - len(self.per_pos))
+        b = list(other.per_pos) + [0] * (n - len(other.per_pos))
+        return SpecCounters(
+            self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
+            self.accepted + other.accepted, tuple(x + y for x, y in zip(a, b)),
+        )
+
+    @property
+    def al(self) -> float:
+        return 1.0 + self.accepted / self.drafts if self.drafts else math.nan
+
+    def hist(self) -> list[int]:
+        return hist_from_per_pos(self.drafts, self.per_pos)
+
+    def as_dict(self) -> dict:
+        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
+                "per_pos": list(self.per_pos), "al": self.al}
+
+
+def _merge(values: dict[str, float], per_pos: dict[int, float]) -> SpecCounters:
+    pos = [int(round(per_pos[i])) for i in sorted(per_pos)]
+    return SpecCounters(
+        int(round(values.get("drafts", 0))), int(round(values.get("draft_tokens", 0))),
+        int(round(values.get("accepted", 0))), tuple(pos),
+    )
+
+
+def from_vllm_metrics(metrics) -> SpecCounters:
+    """From ``LLM.get_metrics()`` (Counter.value / Vector.values), summed over engines."""
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for m in metrics:
+        if m.name in NAMES:
+            values[NAMES[m.name]] = values.get(NAMES[m.name], 0) + m.value
+        elif m.name == PER_POS:
+            for i, v in enumerate(m.values):
+                per_pos[i] = per_pos.get(i, 0) + v
+    return _merge(values, per_pos)
+
+
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def from_prometheus_text(text: str, model: str | None = None) -> SpecCounters:
+    """From a server's ``/metrics`` page (Prometheus text format; counters end in ``_total``).
+
+    ``model`` keeps only series whose ``model_name`` label equals it (a server may host several).
+    """
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, labels_text, value = m.group(1), m.group(2) or "", float(m.group(3))
+        base = name[: -len("_total")] if name.endswith("_total") else name
+        labels = dict(_LABEL.findall(labels_text))
+        if model is not None and "model_name" in labels and labels["model_name"] != model:
+            continue
+        if base in NAMES:
+            values[NAMES[base]] = values.get(NAMES[base], 0) + value
+        elif base == PER_POS and "position" in labels:
+            i = int(labels["position"])
+            per_pos[i] = per_pos.get(i, 0) + value
+    return _merge(values, per_pos)

