@@ -48,7 +48,7 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
 
 def prompts_file(out: Path, n: int) -> Path:
     """n prompts cycled from the smoke set, with unique ids (so B=8 batches are full)."""
-    base = load_requests(DatasetSpec())
+    base = load_requests(DatasetSpec(path="smoke.jsonl"))
     path = out / "prompts.jsonl"
     with path.open("w") as f:
         for i in range(n):

@@ -22,12 +22,12 @@ TINY_TARGET = "random:tiny-target"
 TINY_DRAFT = "random:tiny-draft"
 D = 4
 MAX_NEW_TOKENS = 32
-REQUEST_IDS = ("smoke-0", "smoke-2", "smoke-4")  # coding, writing, math
+REQUEST_IDS = ("smoke-coding", "smoke-writing", "smoke-math")
 SERVER_START_TIMEOUT_S = 600
 
 
 def requests(n_tokens: int = MAX_NEW_TOKENS):
-    reqs = load_requests(DatasetSpec(max_new_tokens=n_tokens))
+    reqs = load_requests(DatasetSpec(path="smoke.jsonl", max_new_tokens=n_tokens))
     return [r for r in reqs if r.request_id in REQUEST_IDS]
 
 
@@ -118,7 +118,7 @@ def other_tokenizer_drafter(out_dir: Path) -> str:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    texts = [t for r in load_requests(DatasetSpec()) for t in r.turns] * 4
+    texts = [t for r in load_requests(DatasetSpec(path="smoke.jsonl")) for t in r.turns] * 4
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -100,7 +100,7 @@ def test_cli_run_against_the_servers_keeps_the_key_out_of_results(servers, engin
         sys.executable, "-m", "speedbench.cli", "run", "backend=openai", f"results_dir={tmp_path}", "run_id=oa",
         f"target.path={engine_models['target']}", "drafter=ngram", f"drafter.num_speculative_tokens={D}",
         f"backend.options.base_url={servers['base_url']}", f"backend.options.baseline_url={servers['baseline_url']}",
-        "backend.options.api_key_env=SB_TEST_KEY", "batch_size=2", "max_new_tokens=16", "dataset.categories=[math]",
+        "backend.options.api_key_env=SB_TEST_KEY", "batch_size=2", "max_new_tokens=16", "dataset=mini", "dataset.categories=[math]", "dataset.n_requests=2",
     ]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
