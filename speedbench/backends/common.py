@@ -138,7 +138,7 @@ def run_conversations(
     results: list[list[TurnResult]] = [[] for _ in batch]
     for turn in range(max(len(r.turns) for r in batch)):
         rows = [b for b, r in enumerate(batch) if len(r.turns) > turn]
-        prompts = [render_conversation(tokenizer, history[b], batch[b].turns[turn]) for b in rows]
+        prompts = [render_conversation(tokenizer, history[b], batch[b].turns[turn], tokenize=True) for b in rows]
         outs = run_turn(prompts)
         for b, out in zip(rows, outs):
             history[b].append((batch[b].turns[turn], tokenizer.decode(out.output_ids, skip_special_tokens=True)))

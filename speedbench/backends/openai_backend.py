@@ -182,7 +182,7 @@ class OpenAIBackend(Backend):
             for u, a in history:
                 messages += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
             return messages + [{"role": "user", "content": user}]
-        return render_conversation(self.tokenizer, history, user)
+        return render_conversation(self.tokenizer, history, user, tokenize=True)
 
     def _turn_result(self, res: StreamResult, prompt, spec: GenerateSpec) -> tuple[TurnResult, str]:
         if not res.chunks:

@@ -216,7 +216,7 @@ class VllmBackend(Backend):
         """One extra batch (first turns) under the profiler: draft and forward scope times."""
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=render_conversation(self.tokenizer, [], r.turns[0])) for r in batch]
+        prompts = [TokensPrompt(prompt_token_ids=render_conversation(self.tokenizer, [], r.turns[0], tokenize=True)) for r in batch]
         try:
             split = vllm_profile.profile_split(
                 llm, lambda: llm.generate(prompts, params, use_tqdm=False), self._trace_dir(key)
