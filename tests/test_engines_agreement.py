@@ -127,6 +127,25 @@ def test_vllm_per_request_metrics_pool_to_the_engine_counters(runs, config):
     assert acc.per_position() == pytest.approx([p / counters["drafts"] for p in counters["per_pos"]])
 
 
+@pytest.fixture(scope="module")
+def counters_run(engine_models, runs):
+    """ngram again on an engine without per-request metrics: acceptance from counter deltas (B=3: one batch)."""
+    backend = make_backend("vllm", engine_models["target"], {"max_engines": 1, "spec_metrics": "counters",
+                                                              "profile_split": False})
+    try:
+        yield generate(backend, "ngram", batch_size=3)
+    finally:
+        backend.close()
+
+
+def test_vllm_counter_fallback_pools_to_the_same_acceptance(runs, counters_run):
+    ref, got = _al(runs["vllm", "ngram"]), _al(counters_run)
+    assert {r.al_source for r in counters_run.requests} == {"counters"}
+    assert metrics.agreement(runs["vllm", "baseline"].requests, counters_run.requests).match_rate == 1.0
+    assert (got.drafts, got.accepted, got.hist) == (ref.drafts, ref.accepted, ref.hist)
+    assert [r.n_drafts > 0 for r in counters_run.requests] == [True, False, False]  # the batch's delta, carried once
+
+
 def test_vllm_times_and_the_profiled_draft_verify_split(runs):
     run = runs["vllm", "self"]
     for r in run.requests:
