@@ -21,7 +21,11 @@ Tolerances (why):
   at most D/24 ~ 0.17. (On the random pair both models fall into repeating one token, so
   this AL is high, not ~1; the trained pair gives a real draft.)
 * greedy outputs: every speculative run matches its own engine's baseline token for token;
-  across engines the baselines' token match rate is asserted >= 0.9 and reported.
+  across engines the baselines' token match rate is asserted >= 0.9 and reported (it is 1.0
+  in fp32 on these models; the margin is for kernel-level near-ties on other machines).
+* vLLM's two acceptance sources agree exactly: per-request metrics pool to the engine's own
+  counter deltas, and an engine without per-request metrics (counter deltas per batch of 3)
+  gives the same drafts, accepted tokens and histogram.
 """
 import math
 
