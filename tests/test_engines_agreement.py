@@ -21,7 +21,11 @@ Tolerances (why):
   at most D/24 ~ 0.17. (On the random pair both models fall into repeating one token, so
   this AL is high, not ~1; the trained pair gives a real draft.)
 * greedy outputs: every speculative run matches its own engine's baseline token for token;
-  across engines the baselines' token match rate is asserted >= 0.9 and reported.
+  across engines the baselines' token match rate is asserted >= 0.9 and reported (it is 1.0
+  in fp32 on these models; the margin is for kernel-level near-ties on other machines).
+* vLLM's two acceptance sources agree exactly: per-request metrics pool to the engine's own
+  counter deltas, and an engine without per-request metrics (counter deltas per batch of 3)
+  gives the same drafts, accepted tokens and histogram.
 """
 import math
 
@@ -125,6 +129,25 @@ def test_vllm_per_request_metrics_pool_to_the_engine_counters(runs, config):
     assert {r.al_source for r in run.requests} == {"steps"}
     assert (acc.drafts, acc.accepted) == (counters["drafts"], counters["accepted"])
     assert acc.per_position() == pytest.approx([p / counters["drafts"] for p in counters["per_pos"]])
+
+
+@pytest.fixture(scope="module")
+def counters_run(engine_models, runs):
+    """ngram again on an engine without per-request metrics: acceptance from counter deltas (B=3: one batch)."""
+    backend = make_backend("vllm", engine_models["target"], {"max_engines": 1, "spec_metrics": "counters",
+                                                              "profile_split": False})
+    try:
+        yield generate(backend, "ngram", batch_size=3)
+    finally:
+        backend.close()
+
+
+def test_vllm_counter_fallback_pools_to_the_same_acceptance(runs, counters_run):
+    ref, got = _al(runs["vllm", "ngram"]), _al(counters_run)
+    assert {r.al_source for r in counters_run.requests} == {"counters"}
+    assert metrics.agreement(runs["vllm", "baseline"].requests, counters_run.requests).match_rate == 1.0
+    assert (got.drafts, got.accepted, got.hist) == (ref.drafts, ref.accepted, ref.hist)
+    assert [r.n_drafts > 0 for r in counters_run.requests] == [True, False, False]  # the batch's delta, carried once
 
 
 def test_vllm_times_and_the_profiled_draft_verify_split(runs):

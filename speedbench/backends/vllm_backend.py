@@ -51,6 +51,9 @@ from .vllm_spec import check_method, speculative_config, supported_methods, vllm
 
 log = logging.getLogger(__name__)
 OWN_OPTIONS = ("max_engines", "max_num_seqs", "spec_metrics", "profile_split")
+# the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
+# engine re-registers it, so only the newest engine's counters can be read (by any backend)
+_registry_owner: list[int | None] = [None]
 CPU_DEFAULTS = {"kv_cache_memory_bytes": 512 << 20, "enforce_eager": True}
 TIMING_SPLIT = "missing: vLLM reports no per-step draft/verify times; t_draft/t_verify are NaN"
 PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra profiled batch "
@@ -104,7 +107,6 @@ class VllmBackend(Backend):
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self._supported = supported_methods()
         self._engines: OrderedDict[str, Any] = OrderedDict()
-        self._owner: str | None = None  # the newest engine: the only one whose counters get_metrics() shows
         self.starts: list[dict[str, Any]] = []
         self._per_request_ok = _engine_args_have("per_request_spec_decode_metrics")
 
@@ -143,7 +145,7 @@ class VllmBackend(Backend):
         llm = LLM(**kwargs)
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = llm
-        self._owner = key
+        _registry_owner[0] = id(llm)
         return llm, key
 
     def close(self) -> None:
@@ -167,7 +169,7 @@ class VllmBackend(Backend):
 
     # ---- generation ------------------------------------------------------------------------------
     def _counters(self, llm, key: str):
-        if key != self._owner:  # a newer engine re-registered the process-wide Prometheus metrics
+        if id(llm) != _registry_owner[0]:  # a newer engine re-registered the process-wide Prometheus metrics
             return None
         try:
             return spec_counters.from_vllm_metrics(llm.get_metrics())
