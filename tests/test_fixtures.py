@@ -1,0 +1,197 @@
+"""Tests for the embedded fixture models (speedbench.fixtures)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from speedbench.fixtures import DEFAULT_DRAFTER, DRAFTERS, MODELS_DIR, TARGET, model_path, verify_manifest
+from speedbench.fixtures.corpus import render_chat
+from speedbench.fixtures.manifest import read_manifest
+from speedbench.fixtures.prose import ProseGenerator
+
+ALL_MODELS = (TARGET, *DRAFTERS)
+MAX_TOTAL_BYTES = 25 * 1024 * 1024
+
+# Recorded from the shipped weights (float32 compute, greedy, B=1, D=4, 64 new tokens).
+AL_PROMPT = "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+AL_EXPECTED_ACCEPTED = None  # filled in below after training
+AL_EXPECTED_CONTINUATION_LEN = None
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    torch.set_num_threads(2)
+    return torch
+
+
+@pytest.fixture(scope="module")
+def models(torch):
+    from transformers import AutoModelForCausalLM
+
+    return {
+        name: AutoModelForCausalLM.from_pretrained(str(model_path(name)), dtype=torch.float32).eval()
+        for name in ALL_MODELS
+    }
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_path(TARGET)))
+
+
+def test_manifest_hashes_match():
+    assert verify_manifest(MODELS_DIR) == []
+
+
+def test_verify_manifest_reports_changed_file(tmp_path):
+    import shutil
+
+    shutil.copytree(MODELS_DIR / TARGET, tmp_path / TARGET)
+    shutil.copy2(MODELS_DIR / "MANIFEST.json", tmp_path / "MANIFEST.json")
+    (tmp_path / TARGET / "generation_config.json").write_text("{}\n")
+    bad = verify_manifest(tmp_path)
+    assert f"{TARGET}/generation_config.json" in bad
+    assert f"{DEFAULT_DRAFTER}/model.safetensors" in bad  # listed but missing
+
+
+def test_total_size_within_budget():
+    manifest = read_manifest(MODELS_DIR)
+    assert manifest["total_size"] <= MAX_TOTAL_BYTES
+    assert sum(p.stat().st_size for p in MODELS_DIR.rglob("*") if p.is_file()) <= MAX_TOTAL_BYTES
+
+
+def test_model_path_unknown_name():
+    with pytest.raises(FileNotFoundError):
+        model_path("no-such-model")
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_model_dirs_are_self_contained(name):
+    d = model_path(name)
+    for f in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
+              "tokenizer_config.json"):
+        assert (d / f).is_file(), f
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["head_dim"] == 64
+    assert cfg["num_attention_heads"] * 64 == cfg["hidden_size"]
+    assert cfg["tie_word_embeddings"] is True
+    tok_cfg = json.loads((d / "tokenizer_config.json").read_text())
+    assert tok_cfg["bos_token"] == "<|bos|>" and tok_cfg["eos_token"] == "<|eos|>"
+    assert tok_cfg["pad_token"] == "<|pad|>"
+
+
+def test_target_architecture(models):
+    cfg = models[TARGET].config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (4, 256, 4, 2)
+    assert cfg.max_position_embeddings >= 2048
+    n = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
+    assert n["tiny-draft-small"] < n["tiny-draft-large"] < n[TARGET]
+
+
+@pytest.mark.parametrize("name", ALL_MODELS)
+def test_loads_with_auto_classes(name, models, tokenizer, torch):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_path(name)))
+    assert tok.get_vocab() == tokenizer.get_vocab()
+    model = models[name]
+    assert model.dtype == torch.float32
+    assert model.config.vocab_size == len(tok)
+    ids = tok("def add(a, b):\n    return", return_tensors="pt").input_ids
+    assert ids[0, 0].item() == tok.bos_token_id
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    assert logits.shape == (1, ids.shape[1], len(tok))
+    assert torch.isfinite(logits).all()
+
+
+def test_chat_template_matches_training_format(tokenizer):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Tell me a story."}]
+    for gen in (False, True):
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        assert text == render_chat(msgs, add_generation_prompt=gen)
+    assert text.endswith("<|assistant|>\n")
+    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert ids.count(tokenizer.bos_token_id) == 1
+
+
+def test_greedy_generation_is_deterministic(models, tokenizer, torch):
+    ids = tokenizer("def fibonacci(n):\n", return_tensors="pt").input_ids
+    outs = []
+    for _ in range(2):
+        with torch.no_grad():
+            outs.append(models[TARGET].generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
+                                                do_sample=False).tolist())
+    assert outs[0] == outs[1]
+    assert len(outs[0][0]) > ids.shape[1]
+
+
+def test_simulated_al_of_default_pair_is_recorded_value(models, tokenizer):
+    from speedbench.fixtures.quality import simulate_greedy_al
+
+    ids = tokenizer(AL_PROMPT).input_ids
+    r = simulate_greedy_al(models[TARGET], models[DEFAULT_DRAFTER], ids, D=4, max_new_tokens=64)
+    assert r.accepted == AL_EXPECTED_ACCEPTED
+    assert len(r.continuation) == AL_EXPECTED_CONTINUATION_LEN
+    assert all(0 <= a <= 4 for a in r.accepted)
+    assert r.al == sum(a + 1 for a in r.accepted) / len(r.accepted)
+
+
+def test_simulate_greedy_al_self_draft_accepts_everything(models, tokenizer):
+    from speedbench.fixtures.quality import simulate_greedy_al
+
+    ids = tokenizer("import os\n").input_ids
+    r = simulate_greedy_al(models[TARGET], models[TARGET], ids, D=4, max_new_tokens=20)
+    assert all(a == 4 for a in r.accepted[:-1])  # a drafter identical to the target is always right
+    assert r.al >= 4.0
+
+
+def test_recorded_quality_bars():
+    prov = read_manifest(MODELS_DIR)["provenance"]
+    target = prov["models"][TARGET]
+    assert target["val_ppl"] < prov["unigram_val_ppl"] / 3
+    al = prov["al_greedy_D4"]
+    for name in DRAFTERS:
+        assert al[name]["code"] >= 2.5
+        assert al[name]["code"] > al[name]["writing"]
+    for cat in ("code", "writing"):
+        assert al["tiny-draft-large"][cat] > al["tiny-draft-small"][cat]
+    assert prov["corpus_sha256"] == json.loads((MODELS_DIR / "corpus.json").read_text())["sha256"]
+
+
+def test_target_perplexity_on_fresh_text_below_unigram(models, tokenizer, torch):
+    """Recompute on text the corpus never contained, instead of trusting the manifest alone."""
+    import math
+
+    text = ProseGenerator(seed=99).story() + "\n\n" + (
+        "def area(width, height):\n    \"\"\"Return the area of a rectangle.\"\"\"\n    return width * height\n"
+    )
+    ids = torch.tensor([tokenizer(text).input_ids[:256]])
+    with torch.no_grad():
+        loss = models[TARGET](input_ids=ids, labels=ids).loss.item()
+    assert math.exp(loss) < read_manifest(MODELS_DIR)["provenance"]["unigram_val_ppl"] / 3
+
+
+def test_prose_generator_is_seeded():
+    a, b, c = ProseGenerator(7), ProseGenerator(7), ProseGenerator(8)
+    docs_a = [a.document() for _ in range(5)]
+    assert docs_a == [b.document() for _ in range(5)]
+    assert docs_a != [c.document() for _ in range(5)]
+
+
+@pytest.mark.slow
+def test_quick_training_end_to_end(tmp_path):
+    from speedbench.fixtures.train import train_all
+
+    prov = train_all(tmp_path, quick=True, log=lambda *_: None)
+    assert verify_manifest(tmp_path) == []
+    for name in ALL_MODELS:
+        assert (tmp_path / name / "model.safetensors").is_file()
+    assert prov["quick"] is True and prov["models"][TARGET]["steps"] == 4
+    assert set(prov["al_greedy_D4"]) == set(DRAFTERS)
