@@ -12,7 +12,7 @@ def test_submitit_local_jobs_share_one_results_folder(tmp_path):
     proc = run_speedbench(
         tmp_path, "run", f"results_dir={tmp_path}", "hydra/launcher=local", "drafter=tiny_draft",
         "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2", "max_new_tokens=4", "warmup_batches=0", "sweep.allowed_failure_frac=0.5",
-        "drafter.model=random:tiny-draft,random:no-such-preset", "-m", timeout=400,
+        "drafter.model=builtin:tiny-draft-small,random:no-such-preset", "-m", timeout=400,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     folders = [p for p in tmp_path.iterdir() if p.is_dir()]
