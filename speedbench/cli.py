@@ -15,6 +15,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 # name -> (module, one-line help); each module has add_cli_args(parser) and main(args)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "fixtures": ("speedbench.fixtures.cli", "rebuild (train) or verify the embedded tiny models"),
     "data": ("speedbench.data.cli", "validate prompt files; build exact-length throughput splits"),
     "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5"),
     "plan": ("speedbench.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),

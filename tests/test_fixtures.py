@@ -198,3 +198,10 @@ def test_quick_training_end_to_end(tmp_path):
         assert (tmp_path / name / "model.safetensors").is_file()
     assert prov["quick"] is True and prov["models"][TARGET]["steps"] == 4
     assert set(prov["al_greedy_D4"]) == set(DRAFTERS)
+
+
+def test_cli_verifies_the_shipped_files(capsys):
+    from speedbench.cli import main
+
+    assert main(["fixtures", "verify"]) == 0
+    assert "all files match" in capsys.readouterr().out
