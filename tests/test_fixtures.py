@@ -205,3 +205,22 @@ def test_cli_verifies_the_shipped_files(capsys):
 
     assert main(["fixtures", "verify"]) == 0
     assert "all files match" in capsys.readouterr().out
+
+
+@pytest.mark.engine
+def test_vllm_loads_the_shipped_pair_as_target_and_draft_model(tmp_path):
+    """vLLM (CPU) serves the shipped target with the shipped drafter as draft_model, losslessly."""
+    import subprocess
+    import sys
+
+    from speedbench.results import ResultsStore
+
+    cmd = [sys.executable, "-m", "speedbench.cli", "run", "backend=vllm", "drafter=tiny_draft_small",
+           "dataset=smoke", "dataset.categories=[coding]", "max_new_tokens=16", "warmup_batches=0",
+           f"results_dir={tmp_path}", "run_id=vllm-fixtures"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = ResultsStore(tmp_path / "vllm-fixtures").cells()
+    assert (cells.status == "ok").all()
+    assert (cells.greedy_match_rate == 1.0).all()
+    assert (cells.al > 1.0).all()  # a trained drafter is accepted sometimes

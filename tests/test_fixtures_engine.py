@@ -1,0 +1,47 @@
+"""Quality bars of the shipped pair, measured by the reference engine on the project's own prompts.
+
+Greedy, B=1, D=4, 4 coding and 4 writing prompts of datasets/qualitative.jsonl, 48 new tokens.
+Recorded values come from the shipped weights (fp32); greedy decoding makes them deterministic
+up to floating-point reduction order, hence the small tolerance.
+"""
+import pytest
+
+from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.runner import run_cells
+
+RECORDED_AL = {
+    ("tiny-draft-small", "coding"): 2.644,
+    ("tiny-draft-small", "writing"): 2.410,
+    ("tiny-draft-large", "coding"): 4.063,
+    ("tiny-draft-large", "writing"): 3.983,
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    out = {}
+    for name in ("tiny-draft-small", "tiny-draft-large"):
+        run = RunConfig(
+            target=ModelConfig(name="tiny", path="builtin:tiny-target"),
+            drafter=DrafterConfig(name=name, method="draft_model", num_speculative_tokens=4, model=f"builtin:{name}"),
+            dataset=DatasetConfig(name="q", path="qualitative.jsonl", categories=["coding", "writing"], n_requests=8),
+            backend=BackendConfig(), sampling=SamplingConfig(), max_new_tokens=48,
+            results_dir=str(tmp_path_factory.mktemp("q")), run_id=name, warmup_batches=0,
+        )
+        for cell in run_cells(run, progress=False):
+            assert cell.status == "ok" and cell.greedy_match_rate == 1.0
+            out[(name, cell.category)] = cell.al
+    return out
+
+
+def test_quality_bars_on_real_prompts(measured):
+    assert measured[("tiny-draft-small", "coding")] >= 2.5  # an external drafter at D=4 reaches AL >= 2.5 on code
+    for name in ("tiny-draft-small", "tiny-draft-large"):
+        assert measured[(name, "coding")] > measured[(name, "writing")]
+    for cat in ("coding", "writing"):
+        assert measured[("tiny-draft-large", cat)] > measured[("tiny-draft-small", cat)]
+
+
+def test_greedy_al_equals_recorded_values(measured):
+    for key, value in RECORDED_AL.items():
+        assert measured[key] == pytest.approx(value, abs=0.05), key
