@@ -24,7 +24,7 @@ def test_speedbench_run_backend_vllm(tmp_path):
     script = tmp_path / "speedbench"
     script.write_text(CONSOLE_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(REPO), SPEEDBENCH_CACHE=str(tmp_path / "cache"))
-    args = [sys.executable, str(script), "run", "backend=vllm", "drafter=ngram", f"results_dir={tmp_path}", "run_id=v",
+    args = [sys.executable, str(script), "run", "backend=vllm", "target.path=random:tiny-target", "drafter=ngram", f"results_dir={tmp_path}", "run_id=v",
             "max_new_tokens=16", "dataset=mini", "dataset.categories=[math]", "dataset.n_requests=2", "batch_size=2"]
     proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -42,7 +42,8 @@ def load_calls(monkeypatch):
 
 
 def test_a_sweep_over_draft_lengths_loads_each_model_once(tmp_path, in_process, load_calls):
-    rc = in_process(tmp_path, "run_id=once", "drafter=tiny_draft", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2",
+    rc = in_process(tmp_path, "run_id=once", "target.path=random:tiny-target", "drafter=tiny_draft",
+                    "drafter.model=random:tiny-draft", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2",
                     "drafter.num_speculative_tokens=1,2,3", "-m")
     assert rc == 0
     cells = ResultsStore(tmp_path / "once").cells()
