@@ -1,6 +1,7 @@
 """Quality bars of the shipped pair, measured by the reference engine on the project's own prompts.
 
-Greedy, B=1, D=4, 4 coding and 4 writing prompts of datasets/qualitative.jsonl, 48 new tokens.
+Greedy, B=1, D=4, 8 coding and 8 writing prompts of datasets/qualitative.jsonl, 64 new tokens.
+The large drafter's lead over the small one is thin (about 0.03-0.07 AL) for this family.
 Recorded values come from the shipped weights (fp32); greedy decoding makes them deterministic
 up to floating-point reduction order, hence the small tolerance.
 """
@@ -10,10 +11,10 @@ from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, Model
 from speedbench.runner import run_cells
 
 RECORDED_AL = {
-    ("tiny-draft-small", "coding"): 2.644,
-    ("tiny-draft-small", "writing"): 2.410,
-    ("tiny-draft-large", "coding"): 4.063,
-    ("tiny-draft-large", "writing"): 3.983,
+    ("tiny-draft-small", "coding"): 3.158,
+    ("tiny-draft-small", "writing"): 2.920,
+    ("tiny-draft-large", "coding"): 3.231,
+    ("tiny-draft-large", "writing"): 2.949,
 }
 
 
@@ -24,8 +25,8 @@ def measured(tmp_path_factory):
         run = RunConfig(
             target=ModelConfig(name="tiny", path="builtin:tiny-target"),
             drafter=DrafterConfig(name=name, method="draft_model", num_speculative_tokens=4, model=f"builtin:{name}"),
-            dataset=DatasetConfig(name="q", path="qualitative.jsonl", categories=["coding", "writing"], n_requests=8),
-            backend=BackendConfig(), sampling=SamplingConfig(), max_new_tokens=48,
+            dataset=DatasetConfig(name="q", path="qualitative.jsonl", categories=["coding", "writing"], n_requests=16),
+            backend=BackendConfig(), sampling=SamplingConfig(), max_new_tokens=64,
             results_dir=str(tmp_path_factory.mktemp("q")), run_id=name, warmup_batches=0,
         )
         for cell in run_cells(run, progress=False):
@@ -44,4 +45,4 @@ def test_quality_bars_on_real_prompts(measured):
 
 def test_greedy_al_equals_recorded_values(measured):
     for key, value in RECORDED_AL.items():
-        assert measured[key] == pytest.approx(value, abs=0.05), key
+        assert measured[key] == pytest.approx(value, abs=0.02), key
