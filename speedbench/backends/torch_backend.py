@@ -23,6 +23,7 @@ DRAFTER_OPTIONS = {
     "ngram": ("prompt_lookup_min", "prompt_lookup_max"),
     "draft_model": ("model",),
     "layer_skip": ("num_layers",),
+    "eagle3": ("model",),
 }
 
 

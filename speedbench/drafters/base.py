@@ -56,6 +56,8 @@ class Drafter(ABC):
     """Proposes draft tokens. ``probs`` is filled only when the drafter samples (p for exact sampling)."""
 
     method: str = "none"
+    # Target layers whose hidden states this drafter reads (EAGLE-style); empty: none.
+    feature_layers: tuple[int, ...] = ()
 
     def reset(self, history: History, max_len: int) -> None:  # noqa: B027 - optional hook
         """A new batch begins; ``history`` holds the prompts. Prefill caches here."""
@@ -63,6 +65,9 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, history: History, num_tokens: int, params: SamplingParams, generator) -> Proposal:
         """Up to ``num_tokens`` tokens per row continuing ``history``."""
+
+    def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:  # noqa: B027
+        """Target hidden states [B, T, F] of ``feature_layers`` at positions ``start[b] + t`` (if any)."""
 
     def accepted(self, n_accepted: torch.Tensor, history: History) -> None:  # noqa: B027
         """After verification: ``history`` already holds the accepted tokens and the target's token."""
@@ -73,6 +78,7 @@ DRAFTERS.register("none", "speedbench.drafters.none:NoDrafter")
 DRAFTERS.register("ngram", "speedbench.drafters.ngram:NgramDrafter")
 DRAFTERS.register("draft_model", "speedbench.drafters.draft_model:DraftModelDrafter")
 DRAFTERS.register("layer_skip", "speedbench.drafters.draft_model:LayerSkipDrafter")
+DRAFTERS.register("eagle3", "speedbench.drafters.eagle3:Eagle3Drafter")
 
 
 def build_drafter(method: str, ctx: DraftContext, options: dict[str, Any]) -> Drafter:

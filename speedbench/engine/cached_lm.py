@@ -9,6 +9,10 @@ The one contract every model wrapper keeps (the engine relies on nothing else):
   tokens, and right-padding of a ragged feed.
 
 Ragged acceptance in a batch is therefore just ``truncate`` with a different length per row.
+
+Feature capture (for EAGLE-style drafters): when ``capture`` names layer ids, each
+``forward`` leaves ``captured`` [B, T, len(capture) * hidden]: the residual stream after
+that many decoder layers (vLLM's ``eagle_aux_hidden_state_layer_ids`` convention).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class CachedLM(ABC):
     vocab_size: int
     device: torch.device
     lens: torch.Tensor
+    capture: tuple[int, ...] = ()
+    captured: torch.Tensor | None = None
 
     @abstractmethod
     def reset(self, batch_size: int, max_len: int) -> None:
@@ -82,8 +88,11 @@ class HFCachedLM(CachedLM):
             position_ids=pos,
             past_key_values=self.cache,
             use_cache=True,
+            output_hidden_states=bool(self.capture),
         )
         self.cache = out.past_key_values
+        if self.capture:
+            self.captured = torch.cat([out.hidden_states[i] for i in self.capture], -1)
         self.lens = self.lens + width
         logits = out.logits
         if logits_at is not None:

@@ -74,9 +74,12 @@ def generate(
     history.lens = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
 
     t_start = clock.now()
+    target.capture = drafter.feature_layers
     target.reset(batch, capacity)
     drafter.reset(history, capacity)
     first = next_token(target.feed_ragged(rows_t), params, generator)
+    if drafter.feature_layers:
+        drafter.observe(target.captured, torch.zeros(batch, dtype=torch.long, device=device))
     history.append(first[:, None], torch.ones(batch, dtype=torch.long, device=device))
     t_first = clock.now()
 
@@ -94,6 +97,8 @@ def generate(
 
         last = history.tokens[arange, history.lens - 1]
         logits = target.forward(torch.cat([last[:, None], proposal.tokens], 1))
+        if drafter.feature_layers:  # the target's features are part of its forward (as in vLLM)
+            drafter.observe(target.captured, history.lens - 1)
         t_verified = clock.now()
 
         verdict = verify(proposal, logits, params, generator)

@@ -164,6 +164,7 @@ class LeanLlama(CachedLM):
         mask = None if single and width == 1 else (self.arange[:span][None, None, :] <= pos[:, :, None])[:, None]
         x = F.embedding(tokens, w.embed)
         q_size, kv_size = w.n_heads * w.head_dim, w.n_kv * w.head_dim
+        features = [x] if 0 in self.capture else []
         for i, layer in enumerate(self.layers):
             h = _rms(x, layer.ln1, w.eps)
             q, k, v = F.linear(h, layer.w_qkv, layer.b_qkv).split([q_size, kv_size, kv_size], -1)
@@ -187,6 +188,10 @@ class LeanLlama(CachedLM):
             x = x + F.linear(att.transpose(1, 2).reshape(batch, width, q_size), layer.w_o)
             gate, up = F.linear(_rms(x, layer.ln2, w.eps), layer.w_gate_up).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
+            if i + 1 in self.capture:
+                features.append(x)
+        if self.capture:
+            self.captured = torch.cat(features, -1)
         self.lens = self.lens + width
         if logits_at is not None:
             x = x[torch.arange(batch, device=self.device), logits_at]

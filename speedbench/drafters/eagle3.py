@@ -1,0 +1,136 @@
+"""EAGLE-3 drafting in the reference engine: a head that reads the target's hidden states.
+
+The engine asks the target to keep the residual stream after the head's ``aux_layers`` for
+every token it feeds (prefill and verification) and hands them to ``observe``; the drafter
+stores them by position. Each step it first feeds the pairs (target features at p, token
+p+1) that arrived since its last call, which yields draft 1; drafts 2..D feed the head's own
+drafted token and pre-norm output. After verification the entries from drafts 2..D are
+dropped: the next step rebuilds those positions from the target's real features, as vLLM does.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..engine.eagle3_head import load_head
+from ..engine.sampling import logits_to_probs, sample
+from ..engine.speculative import Proposal
+from .base import Drafter
+
+
+def _local_dir(path: str, revision: str | None = None) -> Path:
+    from ..models import resolve_path
+
+    local = Path(resolve_path(path))
+    if local.is_dir():
+        return local
+    from huggingface_hub import snapshot_download  # a hub id: reached only when the user names one
+
+    return Path(snapshot_download(path, revision=revision))
+
+
+class Eagle3Drafter(Drafter):
+    method = "eagle3"
+
+    def __init__(self, ctx, model: str | None = None, **_options) -> None:
+        if not model:
+            raise ValueError("drafter.model must name the EAGLE-3 head (a folder, hub id or builtin:NAME)")
+        folder = _local_dir(model)
+        self.head = load_head(folder, ctx.device)
+        spec, tcfg = self.head.spec, ctx.target_model.config.get_text_config()
+        n_layers = tcfg.num_hidden_layers
+        if spec.target_hidden_size != tcfg.hidden_size:
+            raise ValueError(f"drafter.model {model!r}: target_hidden_size {spec.target_hidden_size} != the target's "
+                             f"hidden_size {tcfg.hidden_size}")
+        if spec.vocab_size != tcfg.vocab_size:
+            raise ValueError(f"drafter.model {model!r}: vocab_size {spec.vocab_size} != the target's {tcfg.vocab_size}")
+        bad = [i for i in spec.aux_layers if not 0 <= i < n_layers]
+        if bad:
+            raise ValueError(f"drafter.model {model!r}: aux layers {bad} are outside the target's 0..{n_layers - 1}")
+        target = ctx.target_model
+        own_embed, own_head = self.head.own_embed, self.head.own_lm_head
+        self.embed = (own_embed.float().to(ctx.device) if own_embed is not None
+                      else target.get_input_embeddings().weight.detach())
+        self.lm_head = (own_head.float().to(ctx.device) if own_head is not None
+                        else target.get_output_embeddings().weight.detach())
+        self.feature_layers = tuple(spec.aux_layers)
+        self.device = ctx.device
+
+    # ------------------------------------------------------------------ state
+    def reset(self, history, max_len: int) -> None:
+        s = self.head.spec
+        batch = history.tokens.shape[0]
+        shape = (batch, s.num_key_value_heads, max_len, s.head_dim)
+        self.k_cache = torch.zeros(shape, device=self.device)
+        self.v_cache = torch.zeros(shape, device=self.device)
+        self.feats = torch.zeros(batch, max_len, len(s.aux_layers) * s.target_hidden_size, device=self.device)
+        self.lens = torch.zeros(batch, dtype=torch.long, device=self.device)
+        self.arange = torch.arange(max_len, device=self.device)
+        self.max_len = max_len
+
+    def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
+        """Target features [B, T, F] for positions start[b] .. start[b]+T-1 (rejected ones get overwritten)."""
+        batch, width = features.shape[:2]
+        cols = start[:, None] + self.arange[:width]
+        rows = torch.arange(batch, device=self.device)[:, None].expand_as(cols)
+        keep = cols < self.max_len
+        self.feats[rows[keep], cols[keep]] = features[keep].float()
+
+    # ------------------------------------------------------------------ one head call
+    def _run(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
+        """Feed [B, T] (token, hidden) pairs at ``positions`` through the cached head."""
+        batch = tokens.shape[0]
+        rows = torch.arange(batch, device=self.device)[:, None].expand_as(positions)
+        span = int(positions.max()) + 1
+        mask = (self.arange[:span][None, None, :] <= positions[:, :, None])[:, None]
+
+        def attend(q, k, v):
+            self.k_cache[rows, :, positions] = k
+            self.v_cache[rows, :, positions] = v
+            heads, kv = q.shape[2], k.shape[2]
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), self.k_cache[:, :, :span],
+                                                 self.v_cache[:, :, :span], attn_mask=mask, enable_gqa=heads != kv)
+            return out.transpose(1, 2).reshape(batch, tokens.shape[1], -1)
+
+        return self.head.step(F.embedding(tokens, self.embed), hidden, positions, attend)
+
+    @torch.no_grad()
+    def propose(self, history, num_tokens, params, generator) -> Proposal:
+        batch = history.tokens.shape[0]
+        if num_tokens < 1:
+            return Proposal.empty(batch, self.device)
+        # pending pairs: features at p with token p+1, for p = lens .. history.lens - 2
+        counts = history.lens - 1 - self.lens
+        width = int(counts.max())
+        positions = self.lens[:, None] + self.arange[:width]
+        last_valid = (counts - 1).clamp(min=0)
+        clamped = torch.minimum(positions, (history.lens - 2)[:, None].clamp(min=0))
+        rows = torch.arange(batch, device=self.device)
+        tokens = history.tokens[rows[:, None], clamped + 1]
+        hidden = self.head.fc(self.feats[rows[:, None], clamped])
+        out, resid = self._run(tokens, hidden, positions)
+        self.lens = history.lens - 1
+        out, hidden = out[rows, last_valid][:, None], resid[rows, last_valid][:, None]
+        drafts, probs = [], []
+        for i in range(num_tokens):
+            logits = F.linear(out[:, -1], self.lm_head)
+            if params.greedy:
+                tok = logits.argmax(-1)
+            else:
+                p = logits_to_probs(logits, params)
+                tok = sample(p, generator)
+                probs.append(p)
+            drafts.append(tok)
+            if i < num_tokens - 1:
+                pos = (history.lens - 1 + i)[:, None]
+                out, hidden = self._run(tok[:, None], hidden, pos)
+        return Proposal(
+            tokens=torch.stack(drafts, 1),
+            n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=self.device),
+            probs=torch.stack(probs, 1) if probs else None,
+        )
+
+    def accepted(self, n_accepted, history) -> None:
+        """Nothing to roll back: ``lens`` already stops before the drafted entries."""

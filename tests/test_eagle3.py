@@ -1,0 +1,123 @@
+"""EAGLE-3: the head's checkpoint layout, training == inference, the reference-engine drafter,
+and the shipped head of the tiny target in the reference engine and in vLLM."""
+import json
+
+import pytest
+import torch
+
+from speedbench.drafters.base import build_drafter
+from speedbench.engine.decode import generate
+from speedbench.engine.eagle3_head import ARCHITECTURE, Eagle3Head, Eagle3Spec, load_head, save_head
+from speedbench.engine.sampling import SamplingParams
+from speedbench.fixtures.eagle3 import AUX_LAYERS, head_spec, target_features, ttt_forward
+
+from .conftest import make_context
+from .test_engine_lossless import prompts
+
+GREEDY = SamplingParams()
+
+# vLLM's LlamaForCausalLMEagle3 reads exactly these names (midlayer. -> layers.0.)
+VLLM_KEYS = {
+    "fc.weight", "norm.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+    "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight",
+}
+
+
+def random_head(target, seed: int = 0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    head = Eagle3Head(head_spec(target))
+    with torch.no_grad():  # larger weights than the init so that every path matters numerically
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def head_dir(tiny_target, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eagle3") / "head"
+    save_head(random_head(tiny_target), out, dtype=torch.float32)
+    return str(out)
+
+
+def test_checkpoint_has_vllm_layout(head_dir):
+    from safetensors.torch import load_file
+
+    cfg = json.loads(open(f"{head_dir}/config.json").read())
+    assert cfg["architectures"] == [ARCHITECTURE]
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == list(AUX_LAYERS)
+    assert cfg["num_hidden_layers"] == 1 and cfg["draft_vocab_size"] == cfg["vocab_size"]
+    state = load_file(f"{head_dir}/model.safetensors")
+    assert set(state) == VLLM_KEYS
+    assert state["fc.weight"].shape == (cfg["hidden_size"], len(AUX_LAYERS) * cfg["target_hidden_size"])
+    assert state["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * cfg["hidden_size"]
+    assert Eagle3Spec.from_config(cfg) == load_head(head_dir).spec
+
+
+def test_load_head_names_the_problem(head_dir, tmp_path):
+    cfg = json.loads(open(f"{head_dir}/config.json").read())
+    cfg["eagle_config"] = {}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="eagle_aux_hidden_state_layer_ids"):
+        load_head(tmp_path)
+
+
+@pytest.mark.parametrize("impl", ["lean", "hf"])
+def test_captured_features_are_the_residual_stream(tiny_target, tiny_draft, impl):
+    ctx = make_context(tiny_target, tiny_draft, impl)
+    lm = ctx.make_lm(tiny_target)
+    lm.capture = AUX_LAYERS
+    x = torch.tensor([prompts(1)[0]])
+    with torch.no_grad():
+        lm.reset(1, 64)
+        lm.forward(x)
+        expected, _ = target_features(tiny_target, x)
+    torch.testing.assert_close(lm.captured.float(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_training_unroll_equals_cached_drafting(tiny_target, tiny_draft, head_dir):
+    """Step s of the TTT unroll at position p == the drafter's (s+1)-th draft after p+1 tokens."""
+    ctx = make_context(tiny_target, tiny_draft, "lean")
+    drafter = build_drafter("eagle3", ctx, {"model": head_dir})
+    head, embed = drafter.head, drafter.embed
+    x = torch.tensor([prompts(1)[0] + prompts(2)[1]])
+    steps, p = 3, 6
+    with torch.no_grad():
+        aux, _ = target_features(tiny_target, x)
+        unrolled = list(ttt_forward(head, embed, aux, x, steps))
+        from speedbench.drafters.base import History
+
+        history = History(1, 64, torch.device("cpu"))
+        drafter.reset(history, 64)
+        drafter.observe(aux, torch.zeros(1, dtype=torch.long))
+        positions = torch.arange(p + 1)[None]
+        out, hidden = drafter._run(x[:, 1 : p + 2], head.fc(aux[:, : p + 1]), positions)
+        hidden = hidden[:, -1:]
+        torch.testing.assert_close(out[:, -1], unrolled[0][:, p], rtol=1e-4, atol=1e-4)
+        for s in range(1, steps):
+            out, hidden = drafter._run(x[:, p + 1 + s : p + 2 + s], hidden, torch.tensor([[p + s]]))
+            torch.testing.assert_close(out[:, -1], unrolled[s][:, p], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["lean", "hf"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_eagle3_greedy_spec_equals_baseline(tiny_target, tiny_draft, clock, head_dir, impl, batch):
+    ctx = make_context(tiny_target, tiny_draft, impl)
+    with torch.inference_mode():
+        target = ctx.make_lm(tiny_target)
+        base = generate(target, build_drafter("none", ctx, {}), prompts(batch), 0, 24, GREEDY, set(), clock)
+        for depth in (1, 4):
+            drafter = build_drafter("eagle3", ctx, {"model": head_dir})
+            spec = generate(ctx.make_lm(tiny_target), drafter, prompts(batch), depth, 24, GREEDY, set(), clock)
+            assert spec.outputs == base.outputs, f"eagle3 D={depth} B={batch} diverged from greedy"
+
+
+def test_eagle3_refuses_a_head_for_another_target(tiny_target, tiny_draft, tmp_path):
+    spec = head_spec(tiny_target)
+    from dataclasses import replace
+
+    save_head(Eagle3Head(replace(spec, target_hidden_size=128)), tmp_path / "h")
+    ctx = make_context(tiny_target, tiny_draft, "lean")
+    with pytest.raises(ValueError, match="target_hidden_size"):
+        build_drafter("eagle3", ctx, {"model": str(tmp_path / "h")})
