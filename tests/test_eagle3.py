@@ -121,3 +121,31 @@ def test_eagle3_refuses_a_head_for_another_target(tiny_target, tiny_draft, tmp_p
     ctx = make_context(tiny_target, tiny_draft, "lean")
     with pytest.raises(ValueError, match="target_hidden_size"):
         build_drafter("eagle3", ctx, {"model": str(tmp_path / "h")})
+
+
+def _run_cli(tmp_path, run_id, *overrides):
+    import subprocess
+    import sys
+
+    from speedbench.results import ResultsStore
+
+    cmd = [sys.executable, "-m", "speedbench.cli", "run", "drafter=tiny_eagle3", "dataset=smoke",
+           "dataset.categories=[coding,writing]", "max_new_tokens=32", "warmup_batches=0",
+           f"results_dir={tmp_path}", f"run_id={run_id}", *overrides]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return ResultsStore(tmp_path / run_id).cells().set_index("category")
+
+
+@pytest.mark.engine
+def test_vllm_runs_the_shipped_head_like_the_reference_engine(tmp_path):
+    """vLLM (CPU, method eagle3) loads the shipped head, stays lossless, and accepts about as
+    much as the reference engine does with the same head on the same prompts."""
+    ref = _run_cli(tmp_path, "torch")
+    vllm = _run_cli(tmp_path, "vllm", "backend=vllm")
+    for cells in (ref, vllm):
+        assert (cells.status == "ok").all()
+        assert (cells.greedy_match_rate == 1.0).all()
+        assert (cells.al > 1.5).all()
+    for cat in ("coding", "writing"):
+        assert abs(vllm.al[cat] - ref.al[cat]) <= 0.25, (cat, vllm.al[cat], ref.al[cat])

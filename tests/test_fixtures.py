@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from speedbench.fixtures import DEFAULT_DRAFTER, DRAFTERS, MODELS_DIR, TARGET, model_path, verify_manifest
+from speedbench.fixtures import DEFAULT_DRAFTER, DRAFTERS, EAGLE3_HEAD, MODELS_DIR, TARGET, model_path, verify_manifest
 from speedbench.fixtures.corpus import render_chat
 from speedbench.fixtures.manifest import read_manifest
 from speedbench.fixtures.prose import ProseGenerator
@@ -192,9 +192,10 @@ def test_quick_training_end_to_end(tmp_path):
 
     prov = train_all(tmp_path, quick=True, log=lambda *_: None)
     assert verify_manifest(tmp_path) == []
-    for name in ALL_MODELS:
+    for name in (*ALL_MODELS, EAGLE3_HEAD):
         assert (tmp_path / name / "model.safetensors").is_file()
     assert prov["quick"] is True and prov["models"][TARGET]["steps"] == 4
+    assert prov["models"][EAGLE3_HEAD]["steps"] == 2 and len(prov["models"][EAGLE3_HEAD]["val_kl_per_ttt_step"]) == 3
     assert set(prov["al_greedy_D4"]) == set(DRAFTERS)
 
 
@@ -214,12 +215,32 @@ def test_quick_training_resumes_bitwise_identically(tmp_path):
 
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     train_all(whole, quick=True, run_quality=False, log=lambda *_: None)
-    for prefix in ("target step 3/", "drafters step 3/"):
+    for prefix in ("target step 3/", "drafters step 3/", f"{EAGLE3_HEAD} step 2/"):
         with pytest.raises(Stop):
             train_all(resumed, quick=True, run_quality=False, log=stop_at(prefix))
     train_all(resumed, quick=True, run_quality=False, log=lambda *_: None)
     assert not (resumed / "_checkpoints").exists()
     assert read_manifest(resumed)["files"] == read_manifest(whole)["files"]
+
+
+def test_eagle3_head_is_shipped_in_vllm_layout():
+    from safetensors.torch import load_file
+
+    from speedbench.engine.eagle3_head import ARCHITECTURE, load_head
+
+    d = model_path(EAGLE3_HEAD)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == [ARCHITECTURE]
+    target = json.loads((model_path(TARGET) / "config.json").read_text())
+    assert cfg["target_hidden_size"] == target["hidden_size"] and cfg["vocab_size"] == target["vocab_size"]
+    assert all(0 < i < target["num_hidden_layers"] for i in cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    keys = set(load_file(str(d / "model.safetensors")))
+    assert "fc.weight" in keys and not any(k.startswith(("embed_tokens", "lm_head")) for k in keys)  # shared
+    head = load_head(d)
+    info = read_manifest(MODELS_DIR)["provenance"]["models"][EAGLE3_HEAD]
+    assert info["params"] == sum(p.numel() for p in head.parameters())
+    kl = info["val_kl_per_ttt_step"]
+    assert kl[0] < 1.0 and kl == sorted(kl)  # further draft steps are harder, as they should be
 
 
 def test_cli_verifies_the_shipped_files(capsys):

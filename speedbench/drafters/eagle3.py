@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..engine.eagle3_head import load_head
+from ..engine.eagle3_head import Eagle3Head, load_head
+from ..engine.lean_llama import _interleave_rows, _rms, _rope
 from ..engine.sampling import logits_to_probs, sample
 from ..engine.speculative import Proposal
 from .base import Drafter
@@ -29,6 +30,30 @@ def _local_dir(path: str, revision: str | None = None) -> Path:
     from huggingface_hub import snapshot_download  # a hub id: reached only when the user names one
 
     return Path(snapshot_download(path, revision=revision))
+
+
+class _LeanHead:
+    """The head's weights packed for decoding (fused QKV and gate/up, interleaved RoPE), as
+    ``engine.lean_llama`` does for the target; numerically the same as ``Eagle3Head.step``."""
+
+    def __init__(self, head: Eagle3Head) -> None:
+        s, layer = head.spec, head.midlayer
+        att = layer.self_attn
+        with torch.no_grad():
+            self.w_fc = head.fc.weight.detach()
+            self.ln_in, self.ln_hidden = layer.input_layernorm.weight.detach(), layer.hidden_norm.weight.detach()
+            self.w_qkv = torch.cat([_interleave_rows(att.q_proj.weight, s.num_attention_heads, s.head_dim),
+                                    _interleave_rows(att.k_proj.weight, s.num_key_value_heads, s.head_dim),
+                                    att.v_proj.weight]).detach()
+            self.w_o = att.o_proj.weight.detach()
+            self.ln_post = layer.post_attention_layernorm.weight.detach()
+            self.w_gate_up = torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]).detach()
+            self.w_down = layer.mlp.down_proj.weight.detach()
+            self.norm = head.norm.weight.detach()
+        self.inv_freq = head.inv_freq
+        self.eps, self.spec = s.rms_norm_eps, s
+        self.split = [s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim,
+                      s.num_key_value_heads * s.head_dim]
 
 
 class Eagle3Drafter(Drafter):
@@ -57,6 +82,7 @@ class Eagle3Drafter(Drafter):
                         else target.get_output_embeddings().weight.detach())
         self.feature_layers = tuple(spec.aux_layers)
         self.device = ctx.device
+        self.lean = _LeanHead(self.head)
 
     # ------------------------------------------------------------------ state
     def reset(self, history, max_len: int) -> None:
@@ -68,6 +94,8 @@ class Eagle3Drafter(Drafter):
         self.feats = torch.zeros(batch, max_len, len(s.aux_layers) * s.target_hidden_size, device=self.device)
         self.lens = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.arange = torch.arange(max_len, device=self.device)
+        freqs = torch.outer(self.arange.float(), self.lean.inv_freq.to(self.device))
+        self.rot = torch.polar(torch.ones_like(freqs), freqs)  # [max_len, hd/2] complex
         self.max_len = max_len
 
     def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
@@ -80,21 +108,33 @@ class Eagle3Drafter(Drafter):
 
     # ------------------------------------------------------------------ one head call
     def _run(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):
-        """Feed [B, T] (token, hidden) pairs at ``positions`` through the cached head."""
-        batch = tokens.shape[0]
-        rows = torch.arange(batch, device=self.device)[:, None].expand_as(positions)
+        """Feed [B, T] (token, hidden) pairs at ``positions`` through the cached head;
+        returns (normed output for the LM head, pre-norm residual), both [B, T, H]."""
+        w, s = self.lean, self.lean.spec
+        batch, width = positions.shape
+        x = torch.cat([_rms(F.embedding(tokens, self.embed), w.ln_in, w.eps), _rms(hidden, w.ln_hidden, w.eps)], -1)
+        q, k, v = F.linear(x, w.w_qkv).split(w.split, -1)
+        rot = self.rot[positions][:, :, None]
+        q = _rope(q.view(batch, width, s.num_attention_heads, s.head_dim), rot)
+        k = _rope(k.view(batch, width, s.num_key_value_heads, s.head_dim), rot)
+        v = v.view(batch, width, s.num_key_value_heads, s.head_dim)
         span = int(positions.max()) + 1
-        mask = (self.arange[:span][None, None, :] <= positions[:, :, None])[:, None]
-
-        def attend(q, k, v):
+        if batch == 1:  # contiguous positions: a slice write, and one query needs no mask
+            start = int(positions[0, 0])
+            self.k_cache[0, :, start: start + width] = k[0].transpose(0, 1)
+            self.v_cache[0, :, start: start + width] = v[0].transpose(0, 1)
+        else:
+            rows = torch.arange(batch, device=self.device)[:, None].expand_as(positions)
             self.k_cache[rows, :, positions] = k
             self.v_cache[rows, :, positions] = v
-            heads, kv = q.shape[2], k.shape[2]
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), self.k_cache[:, :, :span],
-                                                 self.v_cache[:, :, :span], attn_mask=mask, enable_gqa=heads != kv)
-            return out.transpose(1, 2).reshape(batch, tokens.shape[1], -1)
-
-        return self.head.step(F.embedding(tokens, self.embed), hidden, positions, attend)
+        mask = None if batch == 1 and width == 1 else (self.arange[:span][None, None, :] <= positions[:, :, None])[:, None]
+        att = F.scaled_dot_product_attention(q.transpose(1, 2), self.k_cache[:batch, :, :span],
+                                             self.v_cache[:batch, :, :span], attn_mask=mask,
+                                             enable_gqa=s.num_attention_heads != s.num_key_value_heads)
+        r = hidden + F.linear(att.transpose(1, 2).reshape(batch, width, -1), w.w_o)
+        gate, up = F.linear(_rms(r, w.ln_post, w.eps), w.w_gate_up).chunk(2, -1)
+        r = r + F.linear(F.silu(gate) * up, w.w_down)
+        return _rms(r, w.norm, w.eps), r
 
     @torch.no_grad()
     def propose(self, history, num_tokens, params, generator) -> Proposal:
@@ -109,7 +149,7 @@ class Eagle3Drafter(Drafter):
         clamped = torch.minimum(positions, (history.lens - 2)[:, None].clamp(min=0))
         rows = torch.arange(batch, device=self.device)
         tokens = history.tokens[rows[:, None], clamped + 1]
-        hidden = self.head.fc(self.feats[rows[:, None], clamped])
+        hidden = F.linear(self.feats[rows[:, None], clamped], self.lean.w_fc)
         out, resid = self._run(tokens, hidden, positions)
         self.lens = history.lens - 1
         out, hidden = out[rows, last_valid][:, None], resid[rows, last_valid][:, None]
