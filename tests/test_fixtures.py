@@ -247,7 +247,20 @@ def test_cli_verifies_the_shipped_files(capsys):
     from speedbench.cli import main
 
     assert main(["fixtures", "verify"]) == 0
-    assert "all files match" in capsys.readouterr().out
+    assert "match the shipped MANIFEST.json" in capsys.readouterr().out
+
+
+def test_cli_compares_a_rebuild_with_the_shipped_files(tmp_path, capsys):
+    import shutil
+
+    from speedbench.cli import main
+
+    rebuild = tmp_path / "rebuild"
+    shutil.copytree(MODELS_DIR, rebuild)
+    assert main(["fixtures", "verify", "--dir", str(rebuild)]) == 0
+    (rebuild / EAGLE3_HEAD / "config.json").write_text("{}\n")
+    assert main(["fixtures", "verify", "--dir", str(rebuild)]) == 1
+    assert f"mismatch: {EAGLE3_HEAD}/config.json" in capsys.readouterr().out
 
 
 @pytest.mark.engine

@@ -1,4 +1,4 @@
-"""Quality bars of the shipped pair, measured by the reference engine on the project's own prompts.
+"""Quality bars of the shipped drafters (two draft models, one EAGLE-3 head), measured by the reference engine on the project's own prompts.
 
 Greedy, B=1, D=4, 8 coding and 8 writing prompts of datasets/qualitative.jsonl, 64 new tokens.
 The large drafter's lead over the small one is thin (about 0.03-0.07 AL) for this family.
@@ -15,16 +15,19 @@ RECORDED_AL = {
     ("tiny-draft-small", "writing"): 2.920,
     ("tiny-draft-large", "coding"): 3.231,
     ("tiny-draft-large", "writing"): 2.949,
+    ("tiny-eagle3", "coding"): 2.549,
+    ("tiny-eagle3", "writing"): 2.549,
 }
 
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     out = {}
-    for name in ("tiny-draft-small", "tiny-draft-large"):
+    for name, method in (("tiny-draft-small", "draft_model"), ("tiny-draft-large", "draft_model"),
+                         ("tiny-eagle3", "eagle3")):
         run = RunConfig(
             target=ModelConfig(name="tiny", path="builtin:tiny-target"),
-            drafter=DrafterConfig(name=name, method="draft_model", num_speculative_tokens=4, model=f"builtin:{name}"),
+            drafter=DrafterConfig(name=name, method=method, num_speculative_tokens=4, model=f"builtin:{name}"),
             dataset=DatasetConfig(name="q", path="qualitative.jsonl", categories=["coding", "writing"], n_requests=16),
             backend=BackendConfig(), sampling=SamplingConfig(), max_new_tokens=64,
             results_dir=str(tmp_path_factory.mktemp("q")), run_id=name, warmup_batches=0,
@@ -41,6 +44,7 @@ def test_quality_bars_on_real_prompts(measured):
         assert measured[(name, "coding")] > measured[(name, "writing")]
     for cat in ("coding", "writing"):
         assert measured[("tiny-draft-large", cat)] > measured[("tiny-draft-small", cat)]
+        assert measured[("tiny-eagle3", cat)] >= 2.0  # the EAGLE-3 head is accepted, not just lossless
 
 
 def test_greedy_al_equals_recorded_values(measured):
