@@ -7,6 +7,7 @@ import pandas as pd
 
 COLUMNS = [
     ("category", "category"),
+    ("drafter", "drafter"),
     ("method", "method"),
     ("num_speculative_tokens", "D"),
     ("batch_size", "B"),
@@ -27,6 +28,8 @@ COLUMNS = [
 def format_table(cells: pd.DataFrame) -> str:
     if cells.empty:
         return "(no cells)"
+    order = [c for c in ("drafter", "category", "num_speculative_tokens", "batch_size") if c in cells.columns]
+    cells = cells.sort_values(order, kind="stable") if order else cells
     frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
 
     def fmt(v):
