@@ -148,4 +148,4 @@ def test_vllm_runs_the_shipped_head_like_the_reference_engine(tmp_path):
         assert (cells.greedy_match_rate == 1.0).all()
         assert (cells.al > 1.5).all()
     for cat in ("coding", "writing"):
-        assert abs(vllm.al[cat] - ref.al[cat]) <= 0.25, (cat, vllm.al[cat], ref.al[cat])
+        assert abs(vllm.al[cat] - ref.al[cat]) <= 0.1, (cat, vllm.al[cat], ref.al[cat])  # equal when measured
