@@ -14,7 +14,8 @@ baseline=results/baselines/ci-default
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-python3 -m speedbench.cli run +experiment=ci_gate results_dir="$tmp/runs" hydra/job_logging=disabled
+# a relative results_dir, so that no machine path lands in the committed provenance
+(cd "$tmp" && python3 -m speedbench.cli run +experiment=ci_gate results_dir=runs hydra/job_logging=disabled)
 # keep the results store only (cells, per-request and per-step records, tables, provenance)
 cp -r "$tmp/runs/ci-default" "$tmp/baseline"
 rm -rf "$tmp/baseline/.hydra" "$tmp/baseline/wandb"
