@@ -149,3 +149,60 @@ def test_vllm_runs_the_shipped_head_like_the_reference_engine(tmp_path):
         assert (cells.al > 1.5).all()
     for cat in ("coding", "writing"):
         assert abs(vllm.al[cat] - ref.al[cat]) <= 0.1, (cat, vllm.al[cat], ref.al[cat])  # equal when measured
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_shipped_head_sampling_preserves_the_target_distribution(temperature, top_p):
+    """End to end with the trained pair: N rows with the same history, the EAGLE-3 head samples
+    its draft, the exact rule verifies it against the target's logits; the first emitted
+    token must follow the target's q (chi-square, alpha 0.001). Accepting every draft (so the
+    output follows the head's p) must fail the same test: it shows the test can tell p from q."""
+    import numpy as np
+    from scipy import stats
+    from transformers import AutoTokenizer
+
+    from speedbench import models
+    from speedbench.drafters.base import DraftContext, History
+    from speedbench.engine.lean_llama import LeanLlama, LeanWeights
+    from speedbench.engine.sampling import logits_to_probs
+    from speedbench.engine.speculative import verify
+
+    target = models.load_model("builtin:tiny-target")
+    tok = AutoTokenizer.from_pretrained(models.resolve_path("builtin:tiny-target"))
+    ids = tok("The river runs past the old mill and", add_special_tokens=False)["input_ids"]
+    lean = LeanLlama(LeanWeights(target))
+    lean.capture = AUX_LAYERS
+    with torch.no_grad():
+        lean.reset(1, 64)
+        logits = lean.forward(torch.tensor([ids]))[:, -1]  # the target's next-token logits after ids
+        feats = lean.captured
+    params = SamplingParams(temperature=temperature, top_p=top_p)
+    q = logits_to_probs(logits, params)[0]
+    n = 6000
+    ctx = DraftContext(target, lambda hf, num_layers=None: None, torch.device("cpu"), models.load_model)
+    drafter = build_drafter("eagle3", ctx, {"model": "builtin:tiny-eagle3"})
+    history = History(n, 64, torch.device("cpu"))
+    history.tokens[:, : len(ids)] = torch.tensor(ids)
+    history.lens[:] = len(ids)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        drafter.reset(history, 64)
+        drafter.observe(feats[:, : len(ids) - 1].expand(n, -1, -1), torch.zeros(n, dtype=torch.long))
+        proposal = drafter.propose(history, 1, params, g)
+        verdict = verify(proposal, logits[:, None].expand(n, 2, -1), params, g)
+    first = torch.where(verdict.n_accepted > 0, proposal.tokens[:, 0], verdict.next_token)
+
+    def pvalue(tokens: torch.Tensor) -> float:
+        expected = n * q.double().numpy()
+        counts = np.bincount(tokens.numpy(), minlength=len(expected)).astype(float)
+        big = expected >= 5  # pool the rare tokens into one bin
+        obs = np.append(counts[big], counts[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum())
+        keep = exp > 0
+        return stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue
+
+    p = proposal.probs[0, 0]
+    assert torch.allclose(proposal.probs[:, 0], p.expand_as(proposal.probs[:, 0]))  # same history, same p
+    assert 0.1 < float(verdict.n_accepted.float().mean()) < 0.99  # both branches of the rule are exercised
+    assert pvalue(first) > 1e-3
+    assert pvalue(proposal.tokens[:, 0]) < 1e-3  # the head's own samples follow p, not q
