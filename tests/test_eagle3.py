@@ -41,6 +41,30 @@ def head_dir(tiny_target, tmp_path_factory):
     return str(out)
 
 
+def variant_head_dir(target, root, draft_vocab: int | None = None, **flags) -> str:
+    """A random head with vLLM's optional features: a reduced draft vocabulary (own lm_head and
+    d2t), norm_before_residual, norm_output."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(1)
+    spec = replace(head_spec(target), draft_vocab_size=draft_vocab, **flags)
+    head = Eagle3Head(spec)
+    with torch.no_grad():
+        for prm in head.parameters():
+            prm.add_(torch.randn_like(prm) * 0.05)
+    out = root / f"head-{draft_vocab}-{'-'.join(sorted(flags))}"
+    save_head(head, out, dtype=torch.float32)
+    if draft_vocab:
+        state = load_file(str(out / "model.safetensors"))
+        keep = torch.randperm(spec.vocab_size)[:draft_vocab].sort().values  # target ids the head can draft
+        state["d2t"] = keep - torch.arange(draft_vocab)
+        state["lm_head.weight"] = target.lm_head.weight.detach()[keep].clone() * 3
+        save_file(state, str(out / "model.safetensors"))
+    return str(out)
+
+
 def test_checkpoint_has_vllm_layout(head_dir):
     from safetensors.torch import load_file
 
@@ -76,10 +100,12 @@ def test_captured_features_are_the_residual_stream(tiny_target, tiny_draft, impl
     torch.testing.assert_close(lm.captured.float(), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_training_unroll_equals_cached_drafting(tiny_target, tiny_draft, head_dir):
+@pytest.mark.parametrize("flags", [{}, {"norm_before_residual": True, "norm_output": True}])
+def test_training_unroll_equals_cached_drafting(tiny_target, tiny_draft, head_dir, tmp_path, flags):
     """Step s of the TTT unroll at position p == the drafter's (s+1)-th draft after p+1 tokens."""
     ctx = make_context(tiny_target, tiny_draft, "lean")
-    drafter = build_drafter("eagle3", ctx, {"model": head_dir})
+    path = variant_head_dir(tiny_target, tmp_path, **flags) if flags else head_dir
+    drafter = build_drafter("eagle3", ctx, {"model": path})
     head, embed = drafter.head, drafter.embed
     x = torch.tensor([prompts(1)[0] + prompts(2)[1]])
     steps, p = 3, 6
@@ -111,6 +137,46 @@ def test_eagle3_greedy_spec_equals_baseline(tiny_target, tiny_draft, clock, head
             drafter = build_drafter("eagle3", ctx, {"model": head_dir})
             spec = generate(ctx.make_lm(tiny_target), drafter, prompts(batch), depth, 24, GREEDY, set(), clock)
             assert spec.outputs == base.outputs, f"eagle3 D={depth} B={batch} diverged from greedy"
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_reduced_draft_vocabulary_drafts_mapped_ids_losslessly(tiny_target, tiny_draft, clock, tmp_path, batch):
+    ctx = make_context(tiny_target, tiny_draft, "lean")
+    path = variant_head_dir(tiny_target, tmp_path, draft_vocab=64, norm_before_residual=True)
+    drafter = build_drafter("eagle3", ctx, {"model": path})
+    allowed = set(drafter.draft_to_target.tolist())
+    assert len(allowed) == 64
+    proposed = []
+    original = drafter.propose
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        proposed.extend(out.tokens.flatten().tolist())
+        return out
+
+    drafter.propose = spy
+    with torch.inference_mode():
+        base = generate(ctx.make_lm(tiny_target), build_drafter("none", ctx, {}), prompts(batch), 0, 24, GREEDY,
+                        set(), clock)
+        spec = generate(ctx.make_lm(tiny_target), drafter, prompts(batch), 3, 24, GREEDY, set(), clock)
+    assert spec.outputs == base.outputs
+    assert proposed and set(proposed) <= allowed
+
+
+def test_head_config_errors_name_the_option(tiny_target, head_dir, tmp_path):
+    cfg = json.loads(open(f"{head_dir}/config.json").read())
+    import shutil
+
+    shutil.copy(f"{head_dir}/model.safetensors", tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(dict(cfg, fc_norm=True)))
+    with pytest.raises(ValueError, match="fc_norm"):
+        load_head(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(dict(cfg, draft_vocab_size=64)))
+    with pytest.raises(ValueError, match="d2t"):
+        load_head(tmp_path)
+    no_ids = dict(cfg, eagle_config={})
+    (tmp_path / "config.json").write_text(json.dumps(no_ids))
+    assert load_head(tmp_path, target_layers=32).spec.aux_layers == (2, 16, 29)  # vLLM's default rule
 
 
 def test_eagle3_refuses_a_head_for_another_target(tiny_target, tiny_draft, tmp_path):

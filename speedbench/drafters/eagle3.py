@@ -63,9 +63,10 @@ class Eagle3Drafter(Drafter):
         if not model:
             raise ValueError("drafter.model must name the EAGLE-3 head (a folder, hub id or builtin:NAME)")
         folder = _local_dir(model)
-        self.head = load_head(folder, ctx.device)
-        spec, tcfg = self.head.spec, ctx.target_model.config.get_text_config()
+        tcfg = ctx.target_model.config.get_text_config()
         n_layers = tcfg.num_hidden_layers
+        self.head = load_head(folder, ctx.device, target_layers=n_layers)
+        spec = self.head.spec
         if spec.target_hidden_size != tcfg.hidden_size:
             raise ValueError(f"drafter.model {model!r}: target_hidden_size {spec.target_hidden_size} != the target's "
                              f"hidden_size {tcfg.hidden_size}")
@@ -80,6 +81,11 @@ class Eagle3Drafter(Drafter):
                       else target.get_input_embeddings().weight.detach())
         self.lm_head = (own_head.float().to(ctx.device) if own_head is not None
                         else target.get_output_embeddings().weight.detach())
+        # reduced draft vocabulary: draft id i is target id i + d2t[i]
+        self.draft_to_target = None
+        if spec.reduced_vocab:
+            self.draft_to_target = (torch.arange(spec.draft_vocab_size) + self.head.d2t.long()).to(ctx.device)
+        self.vocab_size = spec.vocab_size
         self.feature_layers = tuple(spec.aux_layers)
         self.device = ctx.device
         self.lean = _LeanHead(self.head)
@@ -131,10 +137,21 @@ class Eagle3Drafter(Drafter):
         att = F.scaled_dot_product_attention(q.transpose(1, 2), self.k_cache[:batch, :, :span],
                                              self.v_cache[:batch, :, :span], attn_mask=mask,
                                              enable_gqa=s.num_attention_heads != s.num_key_value_heads)
-        r = hidden + F.linear(att.transpose(1, 2).reshape(batch, width, -1), w.w_o)
+        residual = x[..., s.hidden_size:] if s.norm_before_residual else hidden
+        r = residual + F.linear(att.transpose(1, 2).reshape(batch, width, -1), w.w_o)
         gate, up = F.linear(_rms(r, w.ln_post, w.eps), w.w_gate_up).chunk(2, -1)
         r = r + F.linear(F.silu(gate) * up, w.w_down)
-        return _rms(r, w.norm, w.eps), r
+        out = _rms(r, w.norm, w.eps)
+        return out, (out if s.norm_output else r)
+
+    def _logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Target-vocabulary logits [B, V] (-inf outside a reduced draft vocabulary)."""
+        logits = F.linear(out, self.lm_head)
+        if self.draft_to_target is None:
+            return logits
+        full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
+        full[:, self.draft_to_target] = logits
+        return full
 
     @torch.no_grad()
     def propose(self, history, num_tokens, params, generator) -> Proposal:
@@ -155,7 +172,7 @@ class Eagle3Drafter(Drafter):
         out, hidden = out[rows, last_valid][:, None], resid[rows, last_valid][:, None]
         drafts, probs = [], []
         for i in range(num_tokens):
-            logits = F.linear(out[:, -1], self.lm_head)
+            logits = self._logits(out[:, -1])
             if params.greedy:
                 tok = logits.argmax(-1)
             else:

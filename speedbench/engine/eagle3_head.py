@@ -46,16 +46,28 @@ class Eagle3Spec:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
+    draft_vocab_size: int | None = None  # < vocab_size: own lm_head + d2t (target id = draft id + d2t)
+    norm_before_residual: bool = False  # the residual starts from hidden_norm(hidden), not hidden
+    norm_output: bool = False  # the next step's hidden is the normed output, not the pre-norm one
 
     @classmethod
-    def from_config(cls, cfg: dict) -> "Eagle3Spec":
-        """Read a head's config.json (the fields vLLM reads, with its defaults)."""
+    def from_config(cls, cfg: dict, target_layers: int | None = None) -> "Eagle3Spec":
+        """Read a head's config.json (the fields vLLM reads, with its defaults). Without aux layer
+        ids, vLLM's default for a target of ``target_layers`` layers is used: (2, L // 2, L - 3)."""
         eagle = cfg.get("eagle_config") or {}
         layers = cfg.get("eagle_aux_hidden_state_layer_ids") or eagle.get("eagle_aux_hidden_state_layer_ids")
         if not layers:
-            raise ValueError("EAGLE-3 config names no eagle_aux_hidden_state_layer_ids (eagle_config)")
-        if cfg.get("draft_vocab_size", cfg["vocab_size"]) != cfg["vocab_size"]:
-            raise ValueError("EAGLE-3 heads with a reduced draft vocabulary (d2t) are not supported here")
+            if target_layers is None:
+                raise ValueError("EAGLE-3 config names no eagle_aux_hidden_state_layer_ids (eagle_config)")
+            layers = (2, target_layers // 2, target_layers - 3)
+        unsupported = [k for k in ("norm_before_fc", "fc_norm") if cfg.get(k) or eagle.get(k)]
+        if eagle.get("use_aux_hidden_state") is False:
+            unsupported.append("use_aux_hidden_state=false")
+        if cfg.get("num_hidden_layers", 1) != 1:
+            unsupported.append(f"num_hidden_layers={cfg['num_hidden_layers']}")
+        if unsupported:
+            raise ValueError(f"EAGLE-3 config options not supported by the reference engine: {unsupported} "
+                             "(run this head with backend=vllm)")
         rope = cfg.get("rope_parameters") or {}
         hidden = cfg["hidden_size"]
         heads = cfg["num_attention_heads"]
@@ -67,7 +79,14 @@ class Eagle3Spec:
             vocab_size=cfg["vocab_size"], rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
             max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            draft_vocab_size=cfg.get("draft_vocab_size") or cfg["vocab_size"],
+            norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+            norm_output=bool(cfg.get("norm_output", False)),
         )
+
+    @property
+    def reduced_vocab(self) -> bool:
+        return self.draft_vocab_size is not None and self.draft_vocab_size != self.vocab_size
 
     def to_config(self, **extra) -> dict:
         """config.json for vLLM (``LlamaForCausalLMEagle3``) and for ``from_config``."""
@@ -76,12 +95,16 @@ class Eagle3Spec:
             "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
             "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
             "head_dim": self.head_dim, "num_hidden_layers": 1, "vocab_size": self.vocab_size,
-            "draft_vocab_size": self.vocab_size, "target_hidden_size": self.target_hidden_size,
+            "draft_vocab_size": self.draft_vocab_size or self.vocab_size, "target_hidden_size": self.target_hidden_size,
             "rms_norm_eps": self.rms_norm_eps, "max_position_embeddings": self.max_position_embeddings,
             "rope_theta": self.rope_theta, "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
             "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "dtype": "float32",
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers), "use_aux_hidden_state": True},
         }
+        if self.norm_before_residual:
+            cfg["norm_before_residual"] = True
+        if self.norm_output:
+            cfg["norm_output"] = True
         cfg.update(extra)
         return cfg
 
@@ -141,18 +164,21 @@ class Eagle3Head(nn.Module):
 
     def step(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
              attend: Attend) -> tuple[torch.Tensor, torch.Tensor]:
-        """One draft step for [B, T] positions; returns (normed output for the LM head, pre-norm r)."""
+        """One draft step for [B, T] positions; returns (normed output for the LM head, the next
+        step's hidden: pre-norm r, or the normed output for ``norm_output`` heads)."""
         s, layer = self.spec, self.midlayer
         batch, width = positions.shape
-        x = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(hidden)], -1)
+        normed = layer.hidden_norm(hidden)
+        x = torch.cat([layer.input_layernorm(embeds), normed], -1)
         att = layer.self_attn
         cos, sin = self.rope(positions)
         q = rotate(att.q_proj(x).view(batch, width, s.num_attention_heads, s.head_dim), cos, sin)
         k = rotate(att.k_proj(x).view(batch, width, s.num_key_value_heads, s.head_dim), cos, sin)
         v = att.v_proj(x).view(batch, width, s.num_key_value_heads, s.head_dim)
-        r = hidden + att.o_proj(attend(q, k, v))
+        r = (normed if s.norm_before_residual else hidden) + att.o_proj(attend(q, k, v))
         r = r + layer.mlp(layer.post_attention_layernorm(r))
-        return self.norm(r), r
+        out = self.norm(r)
+        return out, (out if s.norm_output else r)
 
 
 def save_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16, **config_extra) -> None:
@@ -172,16 +198,33 @@ def is_eagle3_checkpoint(path: Path) -> bool:
     return ARCHITECTURE in (json.loads(cfg_path.read_text()).get("architectures") or [])
 
 
-def load_head(path: Path, device: torch.device | str = "cpu") -> Eagle3Head:
-    """A head from a folder with config.json + model.safetensors (fp32 compute)."""
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
+    files = sorted(path.glob("*.safetensors"))
+    if files:
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        return state
+    if (path / "pytorch_model.bin").is_file():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"EAGLE-3 head {path}: no *.safetensors or pytorch_model.bin")
+
+
+def load_head(path: Path, device: torch.device | str = "cpu", target_layers: int | None = None) -> Eagle3Head:
+    """A head from a folder with config.json + weights (fp32 compute). ``own_embed``,
+    ``own_lm_head`` and ``d2t`` are set when the checkpoint carries them, else None."""
     path = Path(path)
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
         raise FileNotFoundError(f"EAGLE-3 head {path}: no config.json")
-    head = Eagle3Head(Eagle3Spec.from_config(json.loads(cfg_file.read_text())))
-    state = load_file(str(path / "model.safetensors"))
+    try:
+        spec = Eagle3Spec.from_config(json.loads(cfg_file.read_text()), target_layers)
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"EAGLE-3 head {cfg_file}: {exc}") from exc
+    head = Eagle3Head(spec)
+    state = _load_tensors(path)
     extra = sorted(set(state) - set(head.state_dict()))
     unsupported = [k for k in extra if not k.startswith(("embed_tokens", "lm_head", "t2d", "d2t"))]
     if unsupported:
@@ -191,4 +234,8 @@ def load_head(path: Path, device: torch.device | str = "cpu") -> Eagle3Head:
         raise ValueError(f"EAGLE-3 head {path}: missing tensors {missing.missing_keys[:5]}")
     head.own_embed = state.get("embed_tokens.weight")
     head.own_lm_head = state.get("lm_head.weight")
+    head.d2t = state.get("d2t")
+    if spec.reduced_vocab and (head.own_lm_head is None or head.d2t is None):
+        raise ValueError(f"EAGLE-3 head {path}: draft_vocab_size {spec.draft_vocab_size} < vocab_size "
+                         f"{spec.vocab_size} needs lm_head.weight and d2t in the checkpoint")
     return head.to(device).eval()
