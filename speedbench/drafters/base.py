@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..engine.sampling import SamplingParams
+from ..engine.sampling import SamplingParams, logits_to_probs, sample
 from ..engine.speculative import Proposal
 from ..registry import Registry
 
@@ -71,6 +71,32 @@ class Drafter(ABC):
 
     def accepted(self, n_accepted: torch.Tensor, history: History) -> None:  # noqa: B027
         """After verification: ``history`` already holds the accepted tokens and the target's token."""
+
+
+def draft_autoregressive(logits: torch.Tensor, step, num_tokens: int, params: SamplingParams,
+                         generator) -> Proposal:
+    """D tokens per row from a model that drafts one token at a time: ``logits`` [B, V] give
+    draft 1, ``step(tokens [B], i)`` returns the logits for draft i + 2. Greedy takes the
+    argmax; sampling draws from p and keeps p for the exact acceptance rule."""
+    batch, device = logits.shape[0], logits.device
+    if num_tokens < 1:
+        return Proposal.empty(batch, device)
+    tokens, probs = [], []
+    for i in range(num_tokens):
+        if params.greedy:
+            tok = logits.argmax(-1)
+        else:
+            p = logits_to_probs(logits, params)
+            tok = sample(p, generator)
+            probs.append(p)
+        tokens.append(tok)
+        if i < num_tokens - 1:
+            logits = step(tok, i)
+    return Proposal(
+        tokens=torch.stack(tokens, 1),
+        n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=device),
+        probs=torch.stack(probs, 1) if probs else None,
+    )
 
 
 DRAFTERS: Registry[type[Drafter]] = Registry("drafter")

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.sampling import logits_to_probs, sample
 from ..engine.speculative import Proposal
-from .base import Drafter
+from .base import Drafter, draft_autoregressive
 
 
 class DraftModelDrafter(Drafter):
@@ -41,25 +40,8 @@ class DraftModelDrafter(Drafter):
         logits = self.lm.feed_ragged(pending)
         self._history_lens = history.lens.clone()
         self._width = num_tokens
-        tokens, probs = [], []
-        for i in range(num_tokens):
-            if params.greedy:
-                tok = logits.argmax(-1)
-            else:
-                p = logits_to_probs(logits, params)
-                tok = sample(p, generator)
-                probs.append(p)
-            tokens.append(tok)
-            if i < num_tokens - 1:
-                logits = self.lm.forward(tok[:, None])[:, -1]
-        device = history.tokens.device
-        if not tokens:
-            return Proposal.empty(batch, device)
-        return Proposal(
-            tokens=torch.stack(tokens, 1),
-            n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=device),
-            probs=torch.stack(probs, 1) if probs else None,
-        )
+        return draft_autoregressive(logits, lambda tok, _i: self.lm.forward(tok[:, None])[:, -1],
+                                    num_tokens, params, generator)
 
     def accepted(self, n_accepted, history) -> None:
         # cache holds history (at propose time) + drafts 1..D-1; keep the accepted ones,

@@ -16,9 +16,8 @@ import torch.nn.functional as F
 
 from ..engine.eagle3_head import Eagle3Head, load_head
 from ..engine.lean_llama import _interleave_rows, _rms, _rope
-from ..engine.sampling import logits_to_probs, sample
 from ..engine.speculative import Proposal
-from .base import Drafter
+from .base import Drafter, draft_autoregressive
 
 
 def _local_dir(path: str, revision: str | None = None) -> Path:
@@ -27,7 +26,9 @@ def _local_dir(path: str, revision: str | None = None) -> Path:
     local = Path(resolve_path(path))
     if local.is_dir():
         return local
-    from huggingface_hub import snapshot_download  # a hub id: reached only when the user names one
+    from huggingface_hub import (
+        snapshot_download,  # a hub id: reached only when the user names one
+    )
 
     return Path(snapshot_download(path, revision=revision))
 
@@ -169,25 +170,14 @@ class Eagle3Drafter(Drafter):
         hidden = F.linear(self.feats[rows[:, None], clamped], self.lean.w_fc)
         out, resid = self._run(tokens, hidden, positions)
         self.lens = history.lens - 1
-        out, hidden = out[rows, last_valid][:, None], resid[rows, last_valid][:, None]
-        drafts, probs = [], []
-        for i in range(num_tokens):
-            logits = self._logits(out[:, -1])
-            if params.greedy:
-                tok = logits.argmax(-1)
-            else:
-                p = logits_to_probs(logits, params)
-                tok = sample(p, generator)
-                probs.append(p)
-            drafts.append(tok)
-            if i < num_tokens - 1:
-                pos = (history.lens - 1 + i)[:, None]
-                out, hidden = self._run(tok[:, None], hidden, pos)
-        return Proposal(
-            tokens=torch.stack(drafts, 1),
-            n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=self.device),
-            probs=torch.stack(probs, 1) if probs else None,
-        )
+        hidden = resid[rows, last_valid][:, None]
+
+        def step(tok, i):  # draft i + 2 sits at position history.lens - 1 + i
+            nonlocal hidden
+            out_i, hidden = self._run(tok[:, None], hidden, (history.lens - 1 + i)[:, None])
+            return self._logits(out_i[:, -1])
+
+        return draft_autoregressive(self._logits(out[rows, last_valid]), step, num_tokens, params, generator)
 
     def accepted(self, n_accepted, history) -> None:
         """Nothing to roll back: ``lens`` already stops before the drafted entries."""

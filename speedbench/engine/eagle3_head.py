@@ -19,9 +19,9 @@ Parameter names match the checkpoint keys, so ``state_dict()`` is the file's con
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +51,7 @@ class Eagle3Spec:
     norm_output: bool = False  # the next step's hidden is the normed output, not the pre-norm one
 
     @classmethod
-    def from_config(cls, cfg: dict, target_layers: int | None = None) -> "Eagle3Spec":
+    def from_config(cls, cfg: dict, target_layers: int | None = None) -> Eagle3Spec:
         """Read a head's config.json (the fields vLLM reads, with its defaults). Without aux layer
         ids, vLLM's default for a target of ``target_layers`` layers is used: (2, L // 2, L - 3)."""
         eagle = cfg.get("eagle_config") or {}
