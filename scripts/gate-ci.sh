@@ -6,12 +6,7 @@
 #
 #   bash scripts/gate-ci.sh [OUT_DIR]     # OUT_DIR receives gate.json and gate-junit.xml
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-export WANDB_MODE=disabled
-baseline=results/baselines/ci-default
+source "$(dirname "$0")/ci-env.sh"
 out="${1:-$repo/results/runs/gate-ci}"
 mkdir -p "$out"
 tmp=$(mktemp -d)

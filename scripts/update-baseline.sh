@@ -5,12 +5,7 @@
 #
 #   bash scripts/update-baseline.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-export WANDB_MODE=disabled
-baseline=results/baselines/ci-default
+source "$(dirname "$0")/ci-env.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

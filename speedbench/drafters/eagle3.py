@@ -15,22 +15,20 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.eagle3_head import Eagle3Head, load_head
-from ..engine.lean_llama import _interleave_rows, _rms, _rope
+from ..engine.lean_llama import _interleave_rows, _rms, _rope, rope_table
 from ..engine.speculative import Proposal
+from ..model_export import local_dir
 from .base import Drafter, draft_autoregressive
 
 
-def _local_dir(path: str, revision: str | None = None) -> Path:
-    from ..models import resolve_path
-
-    local = Path(resolve_path(path))
+def _local_dir(path: str) -> Path:
+    """The head's folder: ``builtin:``/local paths as they are, a hub id downloaded (only when named)."""
+    local = Path(local_dir(path))
     if local.is_dir():
         return local
-    from huggingface_hub import (
-        snapshot_download,  # a hub id: reached only when the user names one
-    )
+    from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(path, revision=revision))
+    return Path(snapshot_download(path))
 
 
 class _LeanHead:
@@ -101,8 +99,7 @@ class Eagle3Drafter(Drafter):
         self.feats = torch.zeros(batch, max_len, len(s.aux_layers) * s.target_hidden_size, device=self.device)
         self.lens = torch.zeros(batch, dtype=torch.long, device=self.device)
         self.arange = torch.arange(max_len, device=self.device)
-        freqs = torch.outer(self.arange.float(), self.lean.inv_freq.to(self.device))
-        self.rot = torch.polar(torch.ones_like(freqs), freqs)  # [max_len, hd/2] complex
+        self.rot = rope_table(self.lean.inv_freq, max_len, self.device)
         self.max_len = max_len
 
     def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:

@@ -191,13 +191,6 @@ def save_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16, *
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
-def is_eagle3_checkpoint(path: Path) -> bool:
-    cfg_path = Path(path) / "config.json"
-    if not cfg_path.is_file():
-        return False
-    return ARCHITECTURE in (json.loads(cfg_path.read_text()).get("architectures") or [])
-
-
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

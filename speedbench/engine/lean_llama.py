@@ -62,6 +62,13 @@ def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tens
     return w.view(n_heads, head_dim, *w.shape[1:])[:, order].reshape(w.shape)
 
 
+def rope_table(inv_freq: torch.Tensor, max_len: int, device, scale: float = 1.0) -> torch.Tensor:
+    """RoPE rotations for positions 0 .. max_len-1 as complex numbers [max_len, hd/2] (see ``_rope``)."""
+    positions = torch.arange(max_len, device=device, dtype=torch.float32)
+    freqs = torch.outer(positions, inv_freq.to(device))
+    return torch.polar(torch.full_like(freqs, scale), freqs)
+
+
 def _rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     """x [B, T, H, hd] in interleaved layout times rot [B, T, 1, hd/2] (complex)."""
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
@@ -142,9 +149,7 @@ class LeanLlama(CachedLM):
             shape = (batch_size, w.n_kv, max_len, w.head_dim)
             self.k_cache = [torch.zeros(shape, dtype=w.dtype, device=self.device) for _ in self.layers]
             self.v_cache = [torch.zeros(shape, dtype=w.dtype, device=self.device) for _ in self.layers]
-            positions = torch.arange(max_len, device=self.device, dtype=torch.float32)
-            freqs = torch.outer(positions, w.inv_freq.to(self.device))
-            self.rot = torch.polar(torch.full_like(freqs, w.rope_scale), freqs)  # [max_len, hd/2] complex
+            self.rot = rope_table(w.inv_freq, max_len, self.device, w.rope_scale)
             self.arange = torch.arange(max_len, device=self.device)
             self._capacity = (batch_size, max_len)
         self.lens = torch.zeros(batch_size, dtype=torch.long, device=self.device)
