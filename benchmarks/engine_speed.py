@@ -33,7 +33,7 @@ from speedbench.engine.clock import Clock
 from speedbench.engine.decode import generate
 from speedbench.engine.lean_llama import LeanLlama, LeanWeights
 from speedbench.engine.sampling import SamplingParams
-from speedbench.runner import run_cells
+from speedbench.pipeline.runner import run_cells
 
 
 def default_target() -> str:

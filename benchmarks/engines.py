@@ -21,12 +21,12 @@ if __package__ in (None, ""):
 
 import pandas as pd  # noqa: E402
 
-from speedbench import runner  # noqa: E402
+from speedbench.pipeline import runner  # noqa: E402
 from speedbench.config import (  # noqa: E402
     BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig, validate,
 )
 from speedbench.data import DatasetSpec, load_requests  # noqa: E402
-from speedbench.model_export import local_dir  # noqa: E402
+from speedbench.models import local_dir  # noqa: E402
 
 COLUMNS = ["engine", "method", "B", "D", "al", "acceptance_rate", "tpot_ms_baseline", "tpot_ms_spec", "speedup",
            "greedy_match_rate", "al_source", "status"]

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from speedbench.gate import BAD, load_config, run_gate  # noqa: E402
+from speedbench.gate.core import BAD, load_config, run_gate  # noqa: E402
 
 
 def run_benchmarks(out: Path, repeats: int, extra: list[str]) -> list[Path]:

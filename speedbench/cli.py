@@ -18,12 +18,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fixtures": ("speedbench.fixtures.cli", "rebuild (train) or verify the embedded tiny models"),
     "data": ("speedbench.data.cli", "validate prompt files; build exact-length throughput splits"),
     "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5"),
-    "plan": ("speedbench.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
-    "microbench": ("speedbench.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
-    "round": ("speedbench.round_explainer", "explain one draft-and-verify round: tokens, costs, speedup"),
-    "gate": ("speedbench.gate", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
-    "merge": ("speedbench.merge", "merge results folders (e.g. one per Slurm job) into one"),
-    "wandb-log": ("speedbench.wandb_log", "log an existing results folder to Weights & Biases"),
+    "plan": ("speedbench.modelling.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
+    "microbench": ("speedbench.modelling.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
+    "round": ("speedbench.modelling.rounds", "explain one draft-and-verify round: tokens, costs, speedup"),
+    "gate": ("speedbench.gate.cli", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
+    "merge": ("speedbench.results.merge", "merge results folders (e.g. one per Slurm job) into one"),
+    "wandb-log": ("speedbench.loggers.cli", "log an existing results folder to Weights & Biases"),
 }
 
 
@@ -44,9 +44,9 @@ def run_app(argv: list[str]) -> int:
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
-        from . import runner
-        from .results import ResultsStore
-        from .summary import format_table
+        from .pipeline import runner
+        from .results.store import ResultsStore
+        from .pipeline.summary import format_table
 
         run = to_run_config(cfg)
         cells = runner.run_cells(run, progress=True)

@@ -19,7 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .sweeps import SweepVerdict, sweep_verdict
+from .pipeline.sweeps import SweepVerdict, sweep_verdict
 
 log = logging.getLogger(__name__)
 _LAST: list[SweepVerdict] = []

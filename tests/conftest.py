@@ -42,7 +42,7 @@ def clock():
 @pytest.fixture(scope="session")
 def engine_models(tmp_path_factory):
     """The tiny target and draft as folders every engine loads (vLLM cannot load ``random:`` presets)."""
-    from speedbench.model_export import export, local_dir
+    from speedbench.models import export, local_dir
 
     from .engine_support import TINY_DRAFT, TINY_TARGET
 

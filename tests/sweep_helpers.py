@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from speedbench import runner
+from speedbench.pipeline import runner
 from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ up to floating-point reduction order, hence the small tolerance.
 import pytest
 
 from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
-from speedbench.runner import run_cells
+from speedbench.pipeline.runner import run_cells
 
 RECORDED_AL = {
     ("tiny-draft-small", "coding"): 3.158,

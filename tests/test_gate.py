@@ -156,7 +156,7 @@ def test_committed_ci_baseline_matches_the_ci_benchmark():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from speedbench.cells import CellKey
+    from speedbench.pipeline.cells import CellKey
     from speedbench.config import register_configs, to_run_config
 
     GlobalHydra.instance().clear()

@@ -7,7 +7,9 @@ import copy
 import pytest
 import torch
 
-from speedbench import models, runner
+from speedbench import models
+
+from speedbench.pipeline import runner
 from speedbench.config import DrafterConfig
 from speedbench.gate import load_config, run_gate
 from tests.sweep_helpers import make_run

@@ -72,7 +72,7 @@ def test_iteration_times_dedupe_rows_of_one_forward_and_overhead():
 
 
 def test_redaction_keeps_token_counts_and_hides_credentials():
-    from speedbench.provenance import redact
+    from speedbench.results.provenance import redact
 
     out = redact({"num_speculative_tokens": 4, "max_new_tokens": 64, "api_key": "abc", "hf_token": "x",
                   "options": {"token": "t", "base_url": "http://127.0.0.1:8000"}, "argv": ["api_key=sk-123"],

@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from speedbench import costmodel as cm
-from speedbench import hardware
-from speedbench.shapes import SHAPE_PRESETS, from_config, load_shape
+from speedbench.modelling import costmodel as cm
+from speedbench.modelling import hardware
+from speedbench.modelling.shapes import SHAPE_PRESETS, from_config, load_shape
 
 SHAPES = ["llama-3.2-1b", "llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "random:tiny-target"]
 HW = ["h100-sxm", "h200", "b200", "a100-80gb", "l40s"]

@@ -17,7 +17,7 @@ def test_plan_prints_a_recommendation(capsys):
 
 
 def test_plan_from_a_config_with_a_draft_model(tmp_path, capsys):
-    from speedbench.shapes import SHAPE_PRESETS
+    from speedbench.modelling.shapes import SHAPE_PRESETS
 
     (tmp_path / "t.json").write_text(json.dumps(SHAPE_PRESETS["mixtral-8x7b"]))
     (tmp_path / "d.json").write_text(json.dumps(SHAPE_PRESETS["llama-3.2-1b"]))

@@ -2,7 +2,7 @@
 import pytest
 
 from speedbench.cli import main
-from speedbench.round_explainer import RoundInputs, account
+from speedbench.modelling.rounds import RoundInputs, account
 
 
 def test_worked_example():

@@ -5,9 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from speedbench import cli, models, runner
+from speedbench import cli, models
+
+from speedbench.pipeline import runner
 from speedbench.backends.torch_backend import TorchBackend
-from speedbench.cells import CellKey
+from speedbench.pipeline.cells import CellKey
 from speedbench.results import ResultsStore
 from tests.sweep_helpers import make_run
 

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from speedbench import cli, runner
+from speedbench import cli
+
+from speedbench.pipeline import runner
 from speedbench.config import LoggerConfig
 from speedbench.loggers import build_logger
 from speedbench.results import ResultsStore
@@ -83,7 +85,7 @@ def test_logger_config_errors_name_the_option(tmp_path):
 
 def test_core_and_subcommands_do_not_import_wandb():
     code = (
-        "import sys; import speedbench.runner, speedbench.cli, speedbench.gate, speedbench.merge, speedbench.wandb_log;"
+        "import sys; import speedbench.pipeline.runner, speedbench.cli, speedbench.gate.cli, speedbench.results.merge, speedbench.loggers.cli;"
         "from speedbench.loggers import build_logger; from speedbench.config import LoggerConfig;"
         "build_logger(LoggerConfig(), '.'); sys.exit('wandb' in sys.modules)"
     )

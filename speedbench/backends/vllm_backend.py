@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
-from ..model_export import local_dir
+from ..models import local_dir
 from ..data.chat import render_conversation
 from ..records import Request
 from . import spec_counters, vllm_profile

@@ -9,7 +9,7 @@ import typing
 from typing import Any
 
 from ..config import DrafterConfig
-from ..model_export import local_dir
+from ..models import local_dir
 
 # methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
 NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from ..engine.eagle3_head import Eagle3Head, load_head
 from ..engine.lean_llama import _interleave_rows, _rms, _rope, rope_table
 from ..engine.speculative import Proposal
-from ..model_export import local_dir
+from ..models import local_dir
 from .base import Drafter, draft_autoregressive
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..config import LoggerConfig
 from ..records import CellResult
 from ..registry import Registry
-from ..results import ResultsStore
+from ..results.store import ResultsStore
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..provenance import redact
+from ..results.provenance import redact
 from ..records import STATUS_OK
 
 KEY_COLUMNS = (

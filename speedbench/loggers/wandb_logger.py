@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 import wandb
 
-from ..cells import stable_hash
+from ..pipeline.cells import stable_hash
 from ..config import LoggerConfig
-from ..provenance import redact
-from ..results import ResultsStore
+from ..results.provenance import redact
+from ..results.store import ResultsStore
 from . import payload
 from .base import CellLogger
 

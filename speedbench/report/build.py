@@ -5,7 +5,7 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results import atomic_write_text, dumps
+from ..results.store import atomic_write_text, dumps
 from . import g1, g2, g3, g4, g5, render, summary
 from . import plots as plot_helpers
 from .common import Figure, Section

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from .. import costmodel as cm
+from ..modelling import costmodel as cm
 from .common import B, D, MEASURED, MECH, MODELLED, Section, best_per_batch, contexts, finite, spec_cells
 from .load import ReportData
 from .modelling import ModelContext

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import costmodel as cm
+from ..modelling import costmodel as cm
 from . import plots
 from .common import D, MEASURED, MODELLED, Section, contexts, finite, spec_cells
 from .load import ReportData

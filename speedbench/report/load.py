@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..results import ResultsStore
+from ..results.store import ResultsStore
 
 MICROBENCH_KINDS = ("gemm", "attention", "verify")
 

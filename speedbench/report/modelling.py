@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import hardware
-from ..hardware import Hardware
-from ..shapes import ModelShape, load_shape
+from ..modelling import hardware
+from ..modelling.hardware import Hardware
+from ..modelling.shapes import ModelShape, load_shape
 from .load import ReportData
 
 

@@ -22,8 +22,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .records import STATUS_OK
-from .results import ResultsStore, atomic_write_bytes, dumps
+from ..records import STATUS_OK
+from .store import ResultsStore, atomic_write_bytes, dumps
 
 PARTS = ("requests", "steps")
 EXIT_USAGE, EXIT_CONFLICT = 2, 3

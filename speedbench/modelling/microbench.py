@@ -43,7 +43,7 @@ def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> 
     """(median, inter-quartile range) seconds of ``fn`` with device syncs around each call."""
     import numpy as np
 
-    from .engine.clock import Clock
+    from ..engine.clock import Clock
 
     clock = Clock(device)
     for _ in range(warmup):
@@ -60,7 +60,7 @@ def time_call(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> 
 def _setup(args) -> tuple[Any, Any]:
     import torch
 
-    from .models import DTYPES, pick_device
+    from ..models import DTYPES, pick_device
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -124,8 +124,8 @@ def run_attention(args) -> "pd.DataFrame":  # noqa: F821
 
 def make_lm(model, impl: str = "auto"):
     """The engine's cached LM for ``model``: the lean Llama path when it supports the model."""
-    from .engine.cached_lm import HFCachedLM
-    from .engine.lean_llama import LeanLlama, LeanWeights, lean_supported
+    from ..engine.cached_lm import HFCachedLM
+    from ..engine.lean_llama import LeanLlama, LeanWeights, lean_supported
 
     reason = lean_supported(model)
     if impl == "lean" and reason:
@@ -139,7 +139,7 @@ def run_verify(args) -> "pd.DataFrame":  # noqa: F821
     import pandas as pd
     import torch
 
-    from .models import load_model
+    from ..models import load_model
 
     device, _ = _setup(args)
     model = load_model(args.target, args.dtype, device)
@@ -173,8 +173,8 @@ RUNNERS = {"gemm": run_gemm, "attention": run_attention, "verify": run_verify}
 
 
 def write(frame, results_dir: str | Path, kind: str, args: argparse.Namespace) -> Path:
-    from . import provenance
-    from .results import atomic_write_parquet, atomic_write_text, dumps
+    from ..results import provenance
+    from ..results.store import atomic_write_parquet, atomic_write_text, dumps
 
     out = Path(results_dir) / "microbench"
     atomic_write_parquet(out / f"{kind}.parquet", frame)

@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import LoggerConfig
-from .results import ResultsStore
+from ..config import LoggerConfig
+from ..results.store import ResultsStore
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     if table.empty:
         print(f"speedbench wandb-log: no cells in {args.results_dir}", file=sys.stderr)
         return 2
-    from .loggers.wandb_logger import WandbLogger
+    from .wandb_logger import WandbLogger
 
     options = {k: v for k, v in (("entity", args.entity), ("dir", str(args.dir) if args.dir else None)) if v}
     logger = WandbLogger(LoggerConfig(name="wandb", project=args.project, mode=args.mode, options=options), store.root)

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .gate import BAD, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
-from .results import atomic_write_text
+from .core import BAD, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
+from ..results.store import atomic_write_text
 
 
 def _num(v: float, fmt: str = ".3f") -> str:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .records import STATUS_OK
-from .results import ResultsStore
+from ..records import STATUS_OK
+from ..results.store import ResultsStore
 
 
 @dataclass(frozen=True)

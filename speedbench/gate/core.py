@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from . import gate_stats
-from .records import STATUS_OK
-from .results import ResultsStore
+from . import stats as gate_stats
+from ..records import STATUS_OK
+from ..results.store import ResultsStore
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH = 0, 1, 2, 3
-GATE_CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "gate"
+GATE_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
 INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
 BAD = (REGRESSED, FAILED)
@@ -213,33 +213,3 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
                       sum(e.n_requests for e in ests), verdict)
             )
     return report
-
-
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--baseline", type=Path, required=True, help="the baseline results folder")
-    parser.add_argument("--current", type=Path, required=True, help="the results folder to judge")
-    parser.add_argument("--config", default=str(GATE_CONF_DIR / "default.yaml"),
-                        help="gate config: a YAML path or a name in conf/gate/ (default: default)")
-    parser.add_argument("--json", type=Path, default=None, help="write the verdict as JSON here")
-    parser.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
-
-
-def main(args: argparse.Namespace) -> int:
-    from .gate_output import format_report, write_json, write_junit
-
-    try:
-        cfg = load_config(args.config)
-    except GateConfigError as exc:
-        print(f"speedbench gate: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    for name, path in (("--baseline", args.baseline), ("--current", args.current)):
-        if not (path / "cells").is_dir():
-            print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
-            return EXIT_CONFIG
-    report = run_gate(args.baseline, args.current, cfg)
-    print(format_report(report))
-    if args.json:
-        write_json(report, args.json)
-    if args.junit:
-        write_junit(report, args.junit)
-    return report.exit_code

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .records import STATUS_OK
+from ..records import STATUS_OK
 
 
 @dataclass(frozen=True)

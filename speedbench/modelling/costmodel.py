@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from . import metrics
+from .. import metrics
 from .hardware import Hardware
 from .shapes import ModelShape
 

@@ -11,10 +11,10 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 
-from . import metrics
-from .backends.base import GenerateOutput
-from .config import RunConfig
-from .records import STATUS_FAILED, STATUS_OK, CellResult
+from .. import metrics
+from ..backends.base import GenerateOutput
+from ..config import RunConfig
+from ..records import STATUS_FAILED, STATUS_OK, CellResult
 
 NAN = math.nan
 
@@ -61,7 +61,7 @@ class CellKey:
 
 def drafter_identity(drafter) -> dict:
     """The drafter's settings that define a cell; fault-injection options are not among them."""
-    from .drafters.faults import FAULT_OPTIONS
+    from ..drafters.faults import FAULT_OPTIONS
 
     ident = asdict_clean(drafter, drop=("name",))
     ident["options"] = {k: v for k, v in ident["options"].items() if k not in FAULT_OPTIONS}

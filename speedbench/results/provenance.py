@@ -85,7 +85,7 @@ def device_info(device: str) -> dict[str, Any]:
 def collect(config: Any, engine: dict[str, Any], device: str) -> dict[str, Any]:
     return {
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "git": git_state(Path(__file__).resolve().parents[1]),
+        "git": git_state(Path(__file__).resolve().parents[2]),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": versions(),

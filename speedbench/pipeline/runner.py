@@ -13,14 +13,14 @@ from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
-from . import provenance
-from .backends.base import BACKENDS, Backend, GenerateSpec
+from ..results import provenance
+from ..backends.base import BACKENDS, Backend, GenerateSpec
 from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
-from .config import DrafterConfig, RunConfig
-from .data import DatasetSpec, load_requests
-from .loggers import build_logger
-from .records import STATUS_OK, CellResult, Request, to_row
-from .results import ResultsStore
+from ..config import DrafterConfig, RunConfig
+from ..data import DatasetSpec, load_requests
+from ..loggers import build_logger
+from ..records import STATUS_OK, CellResult, Request, to_row
+from ..results.store import ResultsStore
 
 log = logging.getLogger(__name__)
 BASELINE = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
@@ -50,7 +50,7 @@ def _tokenizer_for_limits(run: RunConfig):
     """The target's tokenizer, only when the dataset sets a prompt-length limit to enforce."""
     if run.dataset.max_prompt_tokens is None:
         return None
-    from .models import load_tokenizer
+    from ..models import load_tokenizer
 
     t = run.target
     return load_tokenizer(t.path, t.revision, t.trust_remote_code)

@@ -111,7 +111,7 @@ SHAPE_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def _random_preset(preset: str) -> dict[str, Any]:
-    from .models import BYTE_SPECIALS, RANDOM_PRESETS
+    from ..models import BYTE_SPECIALS, RANDOM_PRESETS
 
     if preset not in RANDOM_PRESETS:
         raise KeyError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
@@ -127,7 +127,7 @@ def load_config_dict(spec: str, allow_hub: bool = True) -> dict[str, Any]:
         return _random_preset(spec.split(":", 1)[1])
     path = spec
     if spec.startswith("builtin:"):
-        from .models import resolve_path
+        from ..models import resolve_path
 
         path = resolve_path(spec)
     p = Path(path)

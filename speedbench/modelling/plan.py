@@ -129,7 +129,7 @@ def _parse_alpha(text: str | None, mechanisms: tuple[str, ...]) -> dict[str, flo
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("target")
     src.add_argument("--config", help="the target's config.json (or model folder, builtin:NAME, random:PRESET)")
-    src.add_argument("--model-shape", help="a shape preset (see speedbench.shapes.SHAPE_PRESETS), e.g. llama-3.1-8b")
+    src.add_argument("--model-shape", help="a shape preset (see speedbench.modelling.shapes.SHAPE_PRESETS), e.g. llama-3.1-8b")
     src.add_argument("--dtype", default=None, help="weights/KV dtype (default: the config's, else bfloat16)")
     parser.add_argument("--hardware", default="h200", help="h100-sxm, h200, b200, a100-80gb, l40s, or cpu (calibrated here)")
     parser.add_argument("--batch", default="1,8,64", help="comma-separated batch sizes (default 1,8,64)")
@@ -151,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
 
     data = None
     if args.results:
-        from .report.load import load
+        from ..report.load import load
 
         data = load(args.results)
     spec = args.config or args.model_shape

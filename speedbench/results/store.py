@@ -24,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from .records import STATUS_OK, CellResult, field_names, to_row
+from ..records import STATUS_OK, CellResult, field_names, to_row
 
 CELL_COLUMNS = field_names(CellResult)
 

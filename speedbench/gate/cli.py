@@ -1,0 +1,37 @@
+"""``speedbench gate``: the command line of the regression gate (see ``gate.core``)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .core import EXIT_CONFIG, GATE_CONF_DIR, GateConfigError, load_config, run_gate
+from .output import format_report, write_json, write_junit
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baseline", type=Path, required=True, help="the baseline results folder")
+    parser.add_argument("--current", type=Path, required=True, help="the results folder to judge")
+    parser.add_argument("--config", default=str(GATE_CONF_DIR / "default.yaml"),
+                        help="gate config: a YAML path or a name in conf/gate/ (default: default)")
+    parser.add_argument("--json", type=Path, default=None, help="write the verdict as JSON here")
+    parser.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except GateConfigError as exc:
+        print(f"speedbench gate: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    for name, path in (("--baseline", args.baseline), ("--current", args.current)):
+        if not (path / "cells").is_dir():
+            print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
+            return EXIT_CONFIG
+    report = run_gate(args.baseline, args.current, cfg)
+    print(format_report(report))
+    if args.json:
+        write_json(report, args.json)
+    if args.junit:
+        write_junit(report, args.junit)
+    return report.exit_code
