@@ -24,14 +24,14 @@ from pathlib import Path
 import torch
 
 from speedbench import models
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
 from speedbench.data import DatasetSpec, load_requests
 from speedbench.data.chat import render_conversation
-from speedbench.drafters.base import DraftContext, build_drafter
-from speedbench.engine.cached_lm import HFCachedLM
+from speedbench.drafters import build_drafter
+from speedbench.engine.build import LMBuilder
+from speedbench.engine.drafting import DraftContext
 from speedbench.engine.clock import Clock
 from speedbench.engine.decode import generate
-from speedbench.engine.lean_llama import LeanLlama, LeanWeights
 from speedbench.engine.sampling import SamplingParams
 from speedbench.pipeline.runner import run_cells
 
@@ -47,8 +47,8 @@ def decode_speed(target: str, prompts: list[list[int]], new_tokens: int, repeats
     none = build_drafter("none", ctx, {})
     engines = {
         "hf_generate": None,
-        "reference_lean": lambda: LeanLlama(LeanWeights(model)),
-        "reference_hf_forward": lambda: HFCachedLM(model),
+        "reference_lean": lambda: LMBuilder("lean")(model),
+        "reference_hf_forward": lambda: LMBuilder("hf")(model),
     }
     outputs, times = {}, {name: [] for name in engines}
     with torch.inference_mode():
@@ -78,9 +78,9 @@ def decode_speed(target: str, prompts: list[list[int]], new_tokens: int, repeats
 
 def cells_check(target: str, draft: str | None, tmp: Path, new_tokens: int) -> list[dict]:
     rows = []
-    drafters = [DrafterConfig(name="ngram", method="ngram", num_speculative_tokens=d) for d in (2, 4)]
+    drafters = [make_drafter("ngram", d) for d in (2, 4)]
     if draft:
-        drafters += [DrafterConfig(name="draft", method="draft_model", num_speculative_tokens=d, model=draft) for d in (2, 4)]
+        drafters += [make_drafter("draft_model", d, name="draft", model=draft) for d in (2, 4)]
     for drafter in drafters:
         for batch in (1, 4):
             run = RunConfig(

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 
 from speedbench.pipeline import runner  # noqa: E402
 from speedbench.config import (  # noqa: E402
-    BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig, validate,
+    BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter, validate,
 )
 from speedbench.data import DatasetSpec, load_requests  # noqa: E402
 from speedbench.models import local_dir  # noqa: E402
@@ -59,8 +59,7 @@ def prompts_file(out: Path, n: int) -> Path:
 
 def run_config(args, out: Path, prompts: Path, engine: str, batch: int, depth: int) -> RunConfig:
     target, draft = local_dir(args.target), local_dir(args.draft)  # the same folders for every engine
-    drafter = DrafterConfig(name=args.method, method=args.method, num_speculative_tokens=depth,
-                            model=draft if args.method == "draft_model" else None)
+    drafter = make_drafter(args.method, depth, **({"model": draft} if args.method == "draft_model" else {}))
     options = {"max_engines": 2} if engine == "vllm" else {}
     run = RunConfig(
         target=ModelConfig(name="tiny", path=target), drafter=drafter,

@@ -25,16 +25,70 @@ class ModelConfig:
 
 @dataclass
 class DrafterConfig:
-    """The draft mechanism. ``method`` names it for every engine (none, ngram, draft_model, layer_skip, eagle3, ...)."""
+    """The draft mechanism; ``method`` names it for every engine. Each method has its own schema below.
+
+    ``engine_args``: keys passed as they are into the engine's speculative configuration (vLLM's
+    ``speculative_config``), e.g. ``draft_tensor_parallel_size``; part of the cell's identity.
+    """
 
     name: str = "none"
     method: str = "none"
     num_speculative_tokens: int = 0
-    model: Optional[str] = None  # draft_model / eagle heads: path, hub id or builtin:NAME
+    engine_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NgramDrafterConfig(DrafterConfig):
+    """Prompt lookup: propose what followed the latest n-gram's earliest earlier occurrence."""
+
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 4
-    num_layers: int = 1  # layer_skip: how many of the target's first layers draft
-    options: dict[str, Any] = field(default_factory=dict)  # engine-specific pass-through
+
+
+@dataclass
+class ModelDrafterConfig(DrafterConfig):
+    """A drafter with weights of its own: draft_model, eagle, eagle3, medusa, mtp, dflash, ..."""
+
+    model: Optional[str] = None  # path, hub id or builtin:NAME (mtp: the target's own heads when unset)
+
+
+@dataclass
+class LayerSkipDrafterConfig(DrafterConfig):
+    """Self-speculation: the target's first ``num_layers`` layers (with its norm and head) draft."""
+
+    num_layers: int = 1
+
+
+# method -> schema; a method not listed drafts with weights of its own (ModelDrafterConfig)
+DRAFTER_SCHEMAS: dict[str, type[DrafterConfig]] = {
+    "none": DrafterConfig,
+    "ngram": NgramDrafterConfig,
+    "ngram_gpu": NgramDrafterConfig,
+    "suffix": DrafterConfig,
+    "layer_skip": LayerSkipDrafterConfig,
+}
+SCHEMA_NAMES = {DrafterConfig: "plain", NgramDrafterConfig: "ngram", ModelDrafterConfig: "model",
+                LayerSkipDrafterConfig: "layer_skip"}
+
+
+def drafter_schema(method: str) -> type[DrafterConfig]:
+    return DRAFTER_SCHEMAS.get(method, ModelDrafterConfig)
+
+
+def make_drafter(method: str = "none", num_speculative_tokens: int = 0, name: str | None = None, **fields) -> DrafterConfig:
+    """A drafter config of the method's own schema (unknown fields raise ``TypeError``)."""
+    return drafter_schema(method)(name=name or method, method=method, num_speculative_tokens=num_speculative_tokens, **fields)
+
+
+@dataclass
+class FaultConfig:
+    """Fault injection for testing the gate (never in a benchmark): not part of any cell's identity.
+
+    ``delay_ms``: every draft phase of the reference engine takes this much longer (inside the
+    timed draft phase); acceptance and output are unchanged, only time moves.
+    """
+
+    delay_ms: float = 0.0
 
 
 @dataclass
@@ -62,11 +116,13 @@ class SamplingConfig:
 
 @dataclass
 class BackendConfig:
+    """The engine. ``options`` holds its own settings, typed per engine in ``backends.options``."""
+
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     impl: str = "auto"  # torch backend: auto (lean when supported) | lean | hf
-    num_threads: Optional[int] = None
-    options: dict[str, Any] = field(default_factory=dict)  # engine arguments pass-through
+    num_threads: Optional[int] = None  # torch CPU threads for the in-process engines (torch, hf)
+    options: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -86,12 +142,13 @@ class SweepConfig:
 @dataclass
 class RunConfig:
     target: ModelConfig = MISSING
-    drafter: DrafterConfig = MISSING
+    drafter: DrafterConfig = MISSING  # one of the per-method schemas (``DRAFTER_SCHEMAS``)
     dataset: DatasetConfig = MISSING
     backend: BackendConfig = MISSING
     sampling: SamplingConfig = MISSING
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
     batch_size: int = 1
     max_new_tokens: int = 64
     ignore_eos: bool = False
@@ -105,30 +162,58 @@ class RunConfig:
 
 
 def register_configs() -> None:
+    """Schemas in Hydra's ConfigStore: ``conf/<group>/*.yaml`` name theirs in their defaults list."""
     from hydra.core.config_store import ConfigStore
+
+    from .backends.options import OPTION_SCHEMAS
 
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in [
         ("target", ModelConfig),
-        ("drafter", DrafterConfig),
         ("dataset", DatasetConfig),
         ("sampling", SamplingConfig),
-        ("backend", BackendConfig),
         ("logger", LoggerConfig),
         ("sweep", SweepConfig),
     ]:
         cs.store(group=group, name=f"{group}_schema", node=node)
+    for schema, name in SCHEMA_NAMES.items():  # conf/drafter/X.yaml: defaults: [schema_<kind>, _self_]
+        cs.store(group="drafter", name=f"schema_{name}", node=schema)
+    for backend, options in OPTION_SCHEMAS.items():  # conf/backend/X.yaml: defaults: [schema_<name>, _self_]
+        cs.store(group="backend", name=f"schema_{backend}", node=BackendConfig(name=backend, options=options()))
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The composed Hydra config as a typed ``RunConfig`` (drops the ``hydra`` node)."""
+    """The composed Hydra config as a typed ``RunConfig`` (drops the ``hydra`` node).
+
+    The drafter is merged into its method's schema and ``backend.options`` into its engine's,
+    so a key that a method or an engine does not have fails here, naming it.
+    """
+    from .backends.options import option_schema
+
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), data)
-    run = OmegaConf.to_object(merged)
+    drafter = dict(data.pop("drafter", None) or {})
+    backend = dict(data.pop("backend", None) or {})
+    run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig(drafter=DrafterConfig(), backend=BackendConfig())), data))
+    run.drafter = typed(drafter_schema(str(drafter.get("method", "none"))), drafter, "drafter")
+    options = backend.pop("options", None) or {}
+    run.backend = typed(BackendConfig, backend, "backend")
+    run.backend.options = typed(option_schema(run.backend.name), options, "backend.options")
     validate(run)
     return run
+
+
+def typed(schema: type, values: dict, where: str):
+    """``values`` as an instance of the dataclass ``schema``; an unknown key or a wrong type raises naming it."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+        first = str(exc).splitlines()[0]
+        raise ValueError(f"{where}.{key}: {first}" if key else f"{where}: {first}") from None
 
 
 def validate(run: RunConfig) -> None:
@@ -142,5 +227,7 @@ def validate(run: RunConfig) -> None:
         raise ValueError("drafter.num_speculative_tokens must be 0 for drafter.method=none")
     if d.method != "none" and d.num_speculative_tokens < 1:
         raise ValueError(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
+    if run.faults.delay_ms < 0:
+        raise ValueError(f"faults.delay_ms must be >= 0, got {run.faults.delay_ms}")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")

@@ -12,6 +12,9 @@ Acceptance conventions (as vLLM's counters and SPEED-Bench):
 Timing conventions: seconds in records, milliseconds in the cell table; TTFT = submission to
 first token; TPOT = (t_last - t_first) / (n_tokens - 1) per request; tokens/s per user =
 1 / TPOT; speedup = median baseline TPOT / median speculative TPOT of matched runs.
+
+Every consumer (the cell table, the gate's bootstrap, the report, W&B) calls these functions;
+none computes AL or speedup itself.
 """
 from __future__ import annotations
 
@@ -26,6 +29,36 @@ from .records import STATUS_OK, RequestRecord, StepRecord
 NAN = math.nan
 
 
+def al_from_counts(accepted, drafts):
+    """AL = 1 + accepted / drafts (bonus token included); NaN where nothing was drafted.
+
+    Works on scalars and on numpy arrays (the gate's bootstrap evaluates it per resample).
+    """
+    if np.ndim(accepted) == 0 and np.ndim(drafts) == 0:
+        return 1.0 + float(accepted) / float(drafts) if drafts else NAN
+    drafts = np.asarray(drafts, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(drafts > 0, 1.0 + np.asarray(accepted, dtype=float) / drafts, np.nan)
+
+
+def speedup_from_tpots(tpot_baseline, tpot_spec, axis: int = -1):
+    """Speedup = median baseline TPOT / median speculative TPOT (NaN TPOTs of 1-token requests ignored).
+
+    Scalars come back for 1-D input; along ``axis`` for stacked resamples.
+    """
+    import warnings
+
+    b, s = np.asarray(tpot_baseline, dtype=float), np.asarray(tpot_spec, dtype=float)
+    if b.size == 0 or s.size == 0:
+        return NAN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
+        mb, ms = np.nanmedian(b, axis), np.nanmedian(s, axis)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.where(ms > 0, mb / ms, np.nan)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 @dataclass(frozen=True)
 class Acceptance:
     drafts: int
@@ -35,7 +68,7 @@ class Acceptance:
 
     @property
     def al(self) -> float:
-        return 1.0 + self.accepted / self.drafts if self.drafts else NAN
+        return al_from_counts(self.accepted, self.drafts)
 
     @property
     def rate(self) -> float:
@@ -70,12 +103,11 @@ def acceptance(records: Iterable[RequestRecord], depth: int = 0) -> Acceptance:
 
 
 def iteration_times(steps: Sequence[StepRecord]) -> list[StepRecord]:
-    """One record per target iteration: rows of a batch share a forward and its times."""
+    """One record per target iteration (by ``iteration`` id): rows of a batch share a forward and its times."""
     seen, out = set(), []
     for s in steps:
-        key = (s.t_draft, s.t_verify, s.t_accept, s.t_step)
-        if key not in seen:
-            seen.add(key)
+        if s.iteration not in seen:
+            seen.add(s.iteration)
             out.append(s)
     return out
 
@@ -156,4 +188,55 @@ def agreement(baseline: Iterable[RequestRecord], other: Iterable[RequestRecord])
         match_rate=sum(f < 0 for f in firsts) / len(pairs),
         token_match_rate=matched / total if total else NAN,
         first_divergence=min(divergences) if divergences else -1,
+    )
+
+
+def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int) -> dict:
+    """Every metric column of a cell from a matched baseline and speculative pass (``GenerateOutput``s)."""
+    ok_b = [r for r in base.requests if r.status == STATUS_OK]
+    ok_s = [r for r in spec.requests if r.status == STATUS_OK]
+    acc = acceptance(ok_s, depth)
+    it_b, it_s = iteration_times(base.steps), iteration_times(spec.steps)
+    draft = stats_ms([s.t_draft for s in it_s])
+    ver = stats_ms([s.t_verify for s in it_s])
+    ver_b = stats_ms([s.t_verify for s in it_b])
+    tps = tokens_per_step(spec.steps)
+    agree = agreement(ok_b, ok_s)
+    tok_b, tok_s = sum(r.n_tokens for r in ok_b), sum(r.n_tokens for r in ok_s)
+
+    def rate(tokens: int, wall: float, gpus: int = 1) -> float:
+        return tokens / wall / gpus if wall > 0 else NAN
+
+    return dict(
+        al=acc.al,
+        acceptance_rate=acc.rate,
+        accepted_per_pos=acc.per_position(),
+        accepted_per_pos_cond=acc.per_position_conditional(),
+        accepted_hist=acc.hist,
+        t_draft_ms=draft[0], t_draft_ms_p50=draft[1], t_draft_ms_p90=draft[2],
+        t_verify_ms=ver[0], t_verify_ms_p50=ver[1], t_verify_ms_p90=ver[2],
+        t_verify_ms_baseline=ver_b[0],
+        t_accept_ms=stats_ms([s.t_accept for s in it_s])[0],
+        t_step_ms_baseline=stats_ms([s.t_step for s in it_b])[0],
+        t_step_ms_spec=stats_ms([s.t_step for s in it_s])[0],
+        overhead_frac=overhead_fraction(it_s),
+        ttft_ms_baseline=median([r.ttft for r in ok_b]) * 1e3,
+        ttft_ms_spec=median([r.ttft for r in ok_s]) * 1e3,
+        tpot_ms_baseline=median([r.tpot for r in ok_b]) * 1e3,
+        tpot_ms_spec=median([r.tpot for r in ok_s]) * 1e3,
+        tpot_ms_spec_iqr=iqr([r.tpot for r in ok_s]) * 1e3,
+        tpot_ms_baseline_iqr=iqr([r.tpot for r in ok_b]) * 1e3,
+        tokens_per_s_user_baseline=median([1 / r.tpot for r in ok_b if r.tpot > 0]),
+        tokens_per_s_user_spec=median([1 / r.tpot for r in ok_s if r.tpot > 0]),
+        tokens_per_s_baseline=rate(tok_b, base.wall_s),
+        tokens_per_s_spec=rate(tok_s, spec.wall_s),
+        tokens_per_s_per_gpu_baseline=rate(tok_b, base.wall_s, n_gpus),
+        tokens_per_s_per_gpu_spec=rate(tok_s, spec.wall_s, n_gpus),
+        speedup=speedup_from_tpots([r.tpot for r in ok_b], [r.tpot for r in ok_s]),
+        # AL drives the prediction only where every step drafts; tokens/step is the general form
+        speedup_predicted=predicted_speedup(ver_b[0], ver[0], draft[0] if not math.isnan(draft[0]) else 0.0, tps),
+        greedy_match_rate=agree.match_rate if greedy else NAN,
+        token_match_rate=agree.token_match_rate if greedy else NAN,
+        first_divergence=agree.first_divergence if greedy else -1,
+        tokens_per_step=tps,
     )

@@ -59,6 +59,8 @@ class StepRecord:
     t_accept: float
     t_step: float  # wall time of the whole iteration as the loop saw it (>= the three parts)
     verify_tokens: int  # tokens in flight in the verification forward (= B*(1+D) when drafting)
+    iteration: int = -1  # id of the target forward within the pass; the rows of one batch share it
+    turn: int = 0  # the user turn (0-based) this step belongs to
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,9 @@ import pytest
 import torch
 
 from speedbench import models
-from speedbench.drafters.base import DraftContext
-from speedbench.engine.cached_lm import HFCachedLM
+from speedbench.engine.build import LMBuilder
+from speedbench.engine.drafting import DraftContext
 from speedbench.engine.clock import Clock
-from speedbench.engine.lean_llama import LeanLlama, LeanWeights
 
 
 @pytest.fixture(scope="session")
@@ -19,19 +18,8 @@ def tiny_draft():
 
 
 def make_context(target, draft, impl: str) -> DraftContext:
-    weights: dict[int, LeanWeights] = {}
-
-    def make_lm(hf, num_layers=None):
-        if impl == "hf":
-            from speedbench.backends.torch_backend import _first_layers
-
-            return HFCachedLM(hf if num_layers is None else _first_layers(hf, num_layers))
-        if id(hf) not in weights:
-            weights[id(hf)] = LeanWeights(hf)
-        return LeanLlama(weights[id(hf)], num_layers)
-
     loaded = {"draft": draft, "target": target}
-    return DraftContext(target, make_lm, torch.device("cpu"), lambda path: loaded[path])
+    return DraftContext(target, LMBuilder(impl), torch.device("cpu"), lambda path: loaded[path])
 
 
 @pytest.fixture

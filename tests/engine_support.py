@@ -15,8 +15,9 @@ import urllib.request
 from pathlib import Path
 
 from speedbench.backends.base import BACKENDS, GenerateSpec
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
 from speedbench.data import DatasetSpec, load_requests
+from speedbench.pipeline import conversations
 
 TINY_TARGET = "random:tiny-target"
 TINY_DRAFT = "random:tiny-draft"
@@ -34,8 +35,9 @@ def requests(n_tokens: int = MAX_NEW_TOKENS):
 def drafter(method: str, model: str | None = None, depth: int = D) -> DrafterConfig:
     if method == "none":
         return DrafterConfig(name="none", method="none", num_speculative_tokens=0)
-    return DrafterConfig(name=method, method=method, num_speculative_tokens=depth, model=model,
-                         prompt_lookup_min=1, prompt_lookup_max=4)
+    if method == "ngram":
+        return make_drafter("ngram", depth, prompt_lookup_min=1, prompt_lookup_max=4)
+    return make_drafter(method, depth, model=model)
 
 
 def run_config(backend: str, target: str, options: dict | None = None, batch_size: int = 1, impl: str = "auto") -> RunConfig:
@@ -47,14 +49,15 @@ def run_config(backend: str, target: str, options: dict | None = None, batch_siz
 
 
 def make_backend(backend: str, target: str, options: dict | None = None, batch_size: int = 1, impl: str = "auto"):
-    return BACKENDS.get(backend)(run_config(backend, target, options, batch_size, impl))
+    run = run_config(backend, target, options, batch_size, impl)
+    return BACKENDS.get(backend)(run.target, run.backend, run.seed)
 
 
 def generate(backend, method: str, model: str | None = None, batch_size: int = 1, reqs=None, depth: int = D):
     d = drafter(method, model, depth)
     role = "baseline" if method == "none" else "spec"
     spec = GenerateSpec(d, batch_size, SamplingConfig(), MAX_NEW_TOKENS, True, role)
-    return backend.generate(reqs if reqs is not None else requests(), spec)
+    return conversations.generate(backend, reqs if reqs is not None else requests(), spec)
 
 
 def free_port() -> int:

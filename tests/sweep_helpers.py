@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from speedbench.pipeline import runner
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def make_run(results_dir: Path, run_id: str, categories=("coding", "math", "writ
     """The embedded default, shrunk: typed objects, no Hydra."""
     run = RunConfig(
         target=ModelConfig(name="tiny", path="random:tiny-target"),
-        drafter=DrafterConfig(name="ngram", method="ngram", num_speculative_tokens=4),
+        drafter=make_drafter("ngram", 4),
         dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=list(categories), n_requests=2 * len(categories)),
         backend=BackendConfig(),
         sampling=SamplingConfig(),

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from speedbench.pipeline import runner
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
 
 CATEGORIES = {
     "coding": "def add(a, b):\n    return a + b  # now write the tests",
@@ -43,7 +43,7 @@ def make_results(root: Path, run_id: str = "syn", max_new_tokens: int = 32, mech
             for b in batches:
                 run = RunConfig(
                     target=ModelConfig(name="tiny", path="random:tiny-target"),
-                    drafter=DrafterConfig(name=name, method=method, num_speculative_tokens=d, model=model),
+                    drafter=make_drafter(method, d, name=name, **({"model": model} if model else {})),
                     dataset=DatasetConfig(name="prompts", path=str(prompts)),
                     backend=BackendConfig(name="synthetic", options=dict(options or OPTIONS)),
                     sampling=SamplingConfig(), batch_size=b, max_new_tokens=max_new_tokens,

@@ -20,7 +20,7 @@ def speedbench(tmp_path, *args, env=None):
 
 def test_default_run_writes_the_results_store(tmp_path):
     env = dict(os.environ, OPENAI_API_KEY="sk-test-secret-0123456789", HF_TOKEN="hf_secrettoken0123456789")
-    proc = speedbench(tmp_path, "run_id=default", "max_new_tokens=16", "+backend.options.api_key=sk-abcdefghijklmnop", env=env)
+    proc = speedbench(tmp_path, "run_id=default", "max_new_tokens=16", "+drafter.engine_args.api_key=sk-abcdefghijklmnop", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     store = ResultsStore(tmp_path / "default")
     cells = store.cells()

@@ -40,9 +40,48 @@ def test_every_config_file_composes(override):
 def test_typo_fails_naming_the_key():
     with pytest.raises(ConfigCompositionException, match="num_speculativ_tokens"):
         compose_run(["drafter.num_speculativ_tokens=3"])
-    # even forced with '+', the typed schema refuses a key it does not have
-    with pytest.raises(ConfigKeyError, match="num_speculativ_tokens"):
+    # even forced with '+', the typed schema refuses a key it does not have, naming it
+    with pytest.raises(ValueError, match=r"^drafter\.num_speculativ_tokens: Key 'num_speculativ_tokens' not in"):
         to_run_config(compose_run(["+drafter.num_speculativ_tokens=3", "run_id=x"]))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["drafter=ngram", "+drafter.prompt_lookup_maxx=3"], "drafter.prompt_lookup_maxx"),  # ngram's own schema
+    (["drafter=ngram", "+drafter.model=x"], "drafter.model"),  # ngram has no weights
+    (["drafter=layer_skip", "+drafter.prompt_lookup_min=2"], "drafter.prompt_lookup_min"),
+    (["+drafter.options.delay_ms=5"], "drafter.options"),  # fault knobs live under faults
+    (["backend=vllm", "+backend.options.max_engine=3"], "backend.options.max_engine"),
+    (["backend=openai", "+backend.options.timeout=3"], "backend.options.timeout"),
+    (["backend=hf", "+backend.options.max_engines=3"], "backend.options.max_engines"),  # a vLLM key on hf
+    (["backend=synthetic", "+backend.options.alpah=0.5"], "backend.options.alpah"),
+    (["+backend.options.anything=1"], "backend.options.anything"),  # torch has no options at all
+])
+def test_each_method_and_engine_has_its_own_schema(overrides, key):
+    with pytest.raises(ValueError, match=rf"^{key.replace('.', '[.]')}: "):
+        to_run_config(compose_run([*overrides, "run_id=x"]))
+
+
+def test_per_method_schemas_are_the_types_the_core_gets():
+    from speedbench.backends.options import OpenAIOptions, VllmOptions
+    from speedbench.config import LayerSkipDrafterConfig, ModelDrafterConfig, NgramDrafterConfig
+
+    assert isinstance(to_run_config(compose_run(["run_id=x"])).drafter, ModelDrafterConfig)
+    assert isinstance(to_run_config(compose_run(["drafter=ngram", "run_id=x"])).drafter, NgramDrafterConfig)
+    assert isinstance(to_run_config(compose_run(["drafter=layer_skip", "run_id=x"])).drafter, LayerSkipDrafterConfig)
+    run = to_run_config(compose_run(["backend=vllm", "+backend.options.engine_args.tensor_parallel_size=2", "run_id=x"]))
+    assert isinstance(run.backend.options, VllmOptions) and run.backend.options.engine_args == {"tensor_parallel_size": 2}
+    assert isinstance(to_run_config(compose_run(["backend=openai", "run_id=x"])).backend.options, OpenAIOptions)
+
+
+def test_fault_knobs_are_outside_the_cell_identity_by_construction():
+    from speedbench.pipeline.cells import CellKey
+
+    plain = to_run_config(compose_run(["run_id=x"]))
+    slowed = to_run_config(compose_run(["run_id=x", "faults.delay_ms=20"]))
+    assert slowed.faults.delay_ms == 20 and not hasattr(slowed.drafter, "delay_ms")
+    assert CellKey.for_run(plain, "coding", "").cell_id == CellKey.for_run(slowed, "coding", "").cell_id
+    with pytest.raises(ValueError, match="faults.delay_ms"):
+        to_run_config(compose_run(["run_id=x", "faults.delay_ms=-1"]))
 
 
 def test_wrong_type_fails_naming_the_key():

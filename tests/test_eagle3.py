@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from speedbench.drafters.base import build_drafter
+from speedbench.drafters import build_drafter
 from speedbench.engine.decode import generate
 from speedbench.engine.eagle3_head import (
     ARCHITECTURE,
@@ -124,7 +124,7 @@ def test_training_unroll_equals_cached_drafting(tiny_target, tiny_draft, head_di
     with torch.no_grad():
         aux, _ = target_features(tiny_target, x)
         unrolled = list(ttt_forward(head, embed, aux, x, steps))
-        from speedbench.drafters.base import History
+        from speedbench.engine.drafting import History
 
         history = History(1, 64, torch.device("cpu"))
         drafter.reset(history, 64)
@@ -240,7 +240,7 @@ def test_shipped_head_sampling_preserves_the_target_distribution(temperature, to
     from transformers import AutoTokenizer
 
     from speedbench import models
-    from speedbench.drafters.base import DraftContext, History
+    from speedbench.engine.drafting import DraftContext, History
     from speedbench.engine.lean_llama import LeanLlama, LeanWeights
     from speedbench.engine.sampling import logits_to_probs
     from speedbench.engine.speculative import verify

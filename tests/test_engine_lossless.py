@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from speedbench.drafters.base import build_drafter
+from speedbench.drafters import build_drafter
 from speedbench.engine.decode import generate
 from speedbench.engine.sampling import SamplingParams
 

@@ -32,6 +32,7 @@ import math
 import pytest
 
 from speedbench import metrics
+from speedbench.config import make_drafter
 
 from .engine_support import D, generate, make_backend
 
@@ -174,7 +175,7 @@ def test_vllm_refuses_an_unsupported_method_before_running(vllm):
     from speedbench.config import DrafterConfig
 
     with pytest.raises(ValueError, match=r"layer_skip.*installed vLLM \d"):
-        vllm.check(DrafterConfig(name="l", method="layer_skip", num_speculative_tokens=2))
+        vllm.check(make_drafter("layer_skip", 2), 1)
 
 
 def test_installed_vllm_knows_the_methods_speedbench_names():

@@ -2,7 +2,7 @@
 import pytest
 
 from speedbench import metrics
-from speedbench.config import DrafterConfig
+from speedbench.config import make_drafter
 
 from .engine_support import D, generate, make_backend, other_tokenizer_drafter
 
@@ -32,9 +32,9 @@ def test_a_drafter_with_another_tokenizer_runs_as_universal_assisted_generation(
 
 def test_hf_refuses_what_it_cannot_run(hf, engine_models):
     with pytest.raises(ValueError, match="prompt_lookup_min=1"):
-        hf.check(DrafterConfig(name="n", method="ngram", num_speculative_tokens=2, prompt_lookup_min=2))
+        hf.check(make_drafter("ngram", 2, prompt_lookup_min=2), 1)
     with pytest.raises(ValueError, match="not supported by backend=hf"):
-        hf.check(DrafterConfig(name="l", method="layer_skip", num_speculative_tokens=2))
+        hf.check(make_drafter("layer_skip", 2), 1)
     wide = make_backend("hf", engine_models["target"], batch_size=4)
     with pytest.raises(ValueError, match="batch_size=1"):
-        wide.check(DrafterConfig(name="n", method="ngram", num_speculative_tokens=2))
+        wide.check(make_drafter("ngram", 2), 4)

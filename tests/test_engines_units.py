@@ -8,12 +8,14 @@ import pytest
 
 from speedbench import metrics
 from speedbench.backends import spec_counters
-from speedbench.backends.common import StepCounts, TurnResult, fold_turns, hist_from_per_pos
+from speedbench.backends.base import StepCounts, TurnResult
+from speedbench.backends.spec_counters import hist_from_per_pos
+from speedbench.pipeline.conversations import fold_turns
 from speedbench.backends.openai_stream import chunk_from_event, parse_event
 from speedbench.backends.vllm_backend import _put_counters_on_first
 from speedbench.backends.vllm_profile import scope_durations
 from speedbench.backends.vllm_spec import check_method, speculative_config
-from speedbench.config import DrafterConfig
+from speedbench.config import DrafterConfig, make_drafter
 from speedbench.records import Request
 
 PROM = """\
@@ -48,14 +50,15 @@ def test_hist_from_per_pos_inverts_the_cumulative_counts():
 
 
 def test_speculative_config_is_explicit_and_passes_options_through():
-    ngram = DrafterConfig(name="n", method="ngram", num_speculative_tokens=3, prompt_lookup_min=2, prompt_lookup_max=5)
+    ngram = make_drafter("ngram", 3, name="n", prompt_lookup_min=2, prompt_lookup_max=5)
     assert speculative_config(ngram) == {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-    eagle = DrafterConfig(name="e", method="eagle3", num_speculative_tokens=2, model="/m/eagle",
-                          options={"draft_tensor_parallel_size": 1, "rejection_sample_method": "synthetic"})
+    eagle = make_drafter("eagle3", 2, name="e", model="/m/eagle",
+                         engine_args={"draft_tensor_parallel_size": 1, "rejection_sample_method": "synthetic"})
     assert speculative_config(eagle) == {"method": "eagle3", "num_speculative_tokens": 2, "model": "/m/eagle",
                                          "draft_tensor_parallel_size": 1, "rejection_sample_method": "synthetic"}
-    suffix = DrafterConfig(name="s", method="suffix", num_speculative_tokens=4, model="ignored")
-    assert "model" not in speculative_config(suffix)
+    with pytest.raises(TypeError):  # suffix decoding has no weights: its schema has no model
+        make_drafter("suffix", 4, model="ignored")
+    assert "model" not in speculative_config(make_drafter("suffix", 4))
     assert speculative_config(DrafterConfig()) is None
 
 

@@ -7,7 +7,7 @@ up to floating-point reduction order, hence the small tolerance.
 """
 import pytest
 
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
 from speedbench.pipeline.runner import run_cells
 
 RECORDED_AL = {
@@ -27,7 +27,7 @@ def measured(tmp_path_factory):
                          ("tiny-eagle3", "eagle3")):
         run = RunConfig(
             target=ModelConfig(name="tiny", path="builtin:tiny-target"),
-            drafter=DrafterConfig(name=name, method=method, num_speculative_tokens=4, model=f"builtin:{name}"),
+            drafter=make_drafter(method, 4, name=name, model=f"builtin:{name}"),
             dataset=DatasetConfig(name="q", path="qualitative.jsonl", categories=["coding", "writing"], n_requests=16),
             backend=BackendConfig(), sampling=SamplingConfig(), max_new_tokens=64,
             results_dir=str(tmp_path_factory.mktemp("q")), run_id=name, warmup_batches=0,

@@ -10,7 +10,7 @@ import torch
 from speedbench import models
 
 from speedbench.pipeline import runner
-from speedbench.config import DrafterConfig
+from speedbench.config import FaultConfig, make_drafter
 from speedbench.gate import load_config, run_gate
 from tests.sweep_helpers import make_run
 
@@ -45,9 +45,7 @@ def test_two_identical_runs_pass(results, baseline):
 
 
 def test_a_drafter_slowed_by_a_fixed_delay_fails_on_speedup(results, baseline):
-    slowed = make_run(results, "x").drafter
-    slowed.options = {"delay_ms": 15}  # fault injection; not part of the cell id
-    report = run_gate(baseline, measure(results, "slowed", drafter=slowed), load_config("ci"))
+    report = run_gate(baseline, measure(results, "slowed", faults=FaultConfig(delay_ms=15)), load_config("ci"))  # not in the cell id
     assert report.exit_code == 1
     (pooled,) = [c for c in report.checks if c.metric == "speedup" and c.cell_id == "ALL"]
     assert pooled.verdict == "regressed"  # ci.yaml gates speedup on the mean over cells
@@ -64,7 +62,7 @@ def test_a_draft_model_replaced_by_a_random_one_fails_on_al(results, tmp_path):
     good.load_state_dict(target.state_dict(), strict=False)  # the target's first layer: a strong drafter
     path = tmp_path / "drafter"
     good.save_pretrained(path)
-    drafter = DrafterConfig(name="mini", method="draft_model", num_speculative_tokens=4, model=str(path))
+    drafter = make_drafter("draft_model", 4, name="mini", model=str(path))
     before = measure(results, "drafter-before", drafter=drafter)
 
     # same path, random weights. (Untied: a random model whose LM head is its input embedding

@@ -9,6 +9,7 @@ import pytest
 
 import speedbench
 from speedbench.backends.base import BACKENDS, GenerateSpec
+from speedbench.pipeline.conversations import generate
 from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
 from speedbench.records import Request, RequestRecord, StepRecord
 from speedbench.results import ResultsStore
@@ -18,7 +19,7 @@ def backend(**options):
     run = RunConfig(target=ModelConfig(name="t", path="random:does-not-exist"), drafter=DrafterConfig(),
                     dataset=DatasetConfig(), backend=BackendConfig(name="synthetic", options=options),
                     sampling=SamplingConfig(), run_id="x")
-    return BACKENDS.get("synthetic")(run)  # no model, no tokenizer: the bogus path is never read
+    return BACKENDS.get("synthetic")(run.target, run.backend)  # no model, no tokenizer: the bogus path is never read
 
 
 def reqs(n, cat="coding"):
@@ -31,7 +32,7 @@ def spec(method="draft_model", depth=4, batch=2, role="spec"):
 
 
 def test_records_have_the_engine_shapes_and_invariants():
-    out = backend(alpha=0.7).generate(reqs(4), spec())
+    out = generate(backend(alpha=0.7), reqs(4), spec())
     assert all(isinstance(r, RequestRecord) for r in out.requests) and all(isinstance(s, StepRecord) for s in out.steps)
     for r in out.requests:
         assert r.n_tokens == 40 == len(r.output_ids) and r.status == "ok"
@@ -45,9 +46,9 @@ def test_records_have_the_engine_shapes_and_invariants():
 
 
 def test_seeded_and_lossless():
-    a = backend().generate(reqs(3), spec())
-    b = backend().generate(reqs(3), spec())
-    base = backend().generate(reqs(3), spec("none", 0, role="baseline"))
+    a = generate(backend(), reqs(3), spec())
+    b = generate(backend(), reqs(3), spec())
+    base = generate(backend(), reqs(3), spec("none", 0, role="baseline"))
     assert [r.accepted for r in a.requests] == [r.accepted for r in b.requests]
     assert [r.output_ids for r in a.requests] == [r.output_ids for r in base.requests]
     assert all(r.n_drafts == 0 and r.accepted_hist == () for r in base.requests)
@@ -55,7 +56,7 @@ def test_seeded_and_lossless():
 
 def test_acceptance_follows_the_geometric_model():
     alpha, depth = 0.6, 3
-    out = backend(alpha=alpha, seed=1).generate([Request(f"r{i}", "c", ("x",), 400) for i in range(20)],
+    out = generate(backend(alpha=alpha, seed=1), [Request(f"r{i}", "c", ("x",), 400) for i in range(20)],
                                                 GenerateSpec(DrafterConfig(name="d", method="d", num_speculative_tokens=depth),
                                                              4, SamplingConfig(), 400, False, "spec"))
     drafts = sum(r.n_drafts for r in out.requests)
@@ -64,10 +65,10 @@ def test_acceptance_follows_the_geometric_model():
 
 
 def test_times_follow_the_options():
-    out = backend(verify_a_ms=3.0, verify_b_ms=0.5, draft_ms=0.25).generate(reqs(2), spec(depth=3, batch=2))
+    out = generate(backend(verify_a_ms=3.0, verify_b_ms=0.5, draft_ms=0.25), reqs(2), spec(depth=3, batch=2))
     s = out.steps[0]
     assert s.t_verify == pytest.approx((3.0 + 0.5 * 2 * 4) / 1e3) and s.t_draft == pytest.approx(0.75 / 1e3)
-    with pytest.raises(ValueError, match="unknown synthetic option"):
+    with pytest.raises(ValueError, match="backend.options.alhpa: Key .alhpa. not in .SyntheticOptions."):
         backend(alhpa=0.5)
 
 

@@ -8,9 +8,10 @@ import pytest
 from speedbench import cli, models
 
 from speedbench.pipeline import runner
-from speedbench.backends.torch_backend import TorchBackend
+from speedbench.pipeline import conversations
 from speedbench.pipeline.cells import CellKey
 from speedbench.results import ResultsStore
+from speedbench.config import FaultConfig
 from tests.sweep_helpers import make_run
 
 QUIET = ["hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "warmup_batches=0", "max_new_tokens=6"]
@@ -56,21 +57,21 @@ def test_a_sweep_over_draft_lengths_loads_each_model_once(tmp_path, in_process, 
 
 def test_rerun_redoes_failed_cells_and_skips_finished_ones(tmp_path, monkeypatch):
     run = make_run(tmp_path, "redo", categories=("coding", "math"), max_new_tokens=8, warmup_batches=0)
-    real = TorchBackend.generate
+    real = conversations.generate
 
-    def math_breaks(self, requests, spec):
+    def math_breaks(backend, requests, spec):
         if requests[0].category == "math":
             raise RuntimeError("transient engine error")
-        return real(self, requests, spec)
+        return real(backend, requests, spec)
 
-    monkeypatch.setattr(TorchBackend, "generate", math_breaks)
+    monkeypatch.setattr(conversations, "generate", math_breaks)
     first = {c.category: c for c in runner.run_cells(run, progress=False)}
     assert first["coding"].status == "ok" and first["math"].status == "failed"
     assert "transient engine error" in first["math"].error
     coding_file = tmp_path / "redo" / "cells" / f"{first['coding'].cell_id}.json"
     before = (coding_file.read_bytes(), coding_file.stat().st_mtime_ns)
 
-    monkeypatch.setattr(TorchBackend, "generate", real)
+    monkeypatch.setattr(conversations, "generate", real)
     second = runner.run_cells(run, progress=False)
     assert [(c.category, c.status) for c in second] == [("math", "ok")]  # only the failed cell ran again
     assert (coding_file.read_bytes(), coding_file.stat().st_mtime_ns) == before
@@ -95,10 +96,9 @@ def test_failure_fraction_applies_to_the_whole_sweep(tmp_path, in_process, capsy
 
 def test_fault_injection_options_do_not_change_the_cell_id(tmp_path):
     plain = make_run(tmp_path, "x")
-    slowed = make_run(tmp_path, "y")
-    slowed.drafter.options = {"delay_ms": 25}
+    slowed = make_run(tmp_path, "y", faults=FaultConfig(delay_ms=25))
     other = make_run(tmp_path, "z")
-    other.drafter.options = {"something_real": 1}
+    other.drafter.engine_args = {"something_real": 1}
     key = lambda run: CellKey.for_run(run, "coding", "").cell_id  # noqa: E731
     assert key(plain) == key(slowed)  # run_id is not part of the id either
     assert key(plain) != key(other)

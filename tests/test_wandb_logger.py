@@ -23,7 +23,7 @@ def logged(tmp_path_factory):
     root = tmp_path_factory.mktemp("wandb")
     run = make_run(root, "wb", categories=("coding", "math"), max_new_tokens=8, warmup_batches=0)
     run.logger = LoggerConfig(name="wandb", project="speedbench-test", mode="offline")
-    run.backend.options = {"api_key": SECRET}
+    run.drafter.engine_args = {"api_key": SECRET}
     runner.run_cells(run, progress=False)
     return root / "wb"
 
@@ -47,7 +47,7 @@ def test_each_cell_is_an_offline_run_with_the_cell_tables_values(logged):
         assert cat_row["al"] == pytest.approx(row["al"]) and cat_row["n_requests"] == row["n_requests"]
         assert cat_row["speedup"] == pytest.approx(row["speedup"])
         assert len(wb.tables()["per_position"]["data"]) == 4  # D = 4
-        assert wb.config["run"]["backend"]["options"]["api_key"] == "<redacted>"
+        assert wb.config["run"]["drafter"]["engine_args"]["api_key"] == "<redacted>"
     for path in logged.glob("wandb/offline-run-*/**/*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path

@@ -1,23 +1,36 @@
-"""The engine interface: a backend turns requests into per-request and per-step records.
+"""The engine interface: a backend generates one turn for a batch of conversations.
 
-The runner asks the same backend instance for a baseline run (drafter ``none``) and a
-speculative run on the same requests with the same sampling and output length, so the
-two are matched. Backends are registered by name with lazy imports: ``backend=torch``
-never imports vLLM.
+A backend is built once from (target, engine settings, seed) and is not changed afterwards;
+a sweep reuses it for every cell that shares them. It does one thing: given the prompts of
+one turn of a batch (``TurnInput``), generate and report what the engine did, per request,
+as a ``TurnResult``: output token ids, timestamps and per-step counts (``StepCounts``).
+
+Everything else lives above the backends, once, in ``pipeline.conversations``: multi-turn
+conversations (the engine's reply appended before the next user turn), batching, folding
+turns into ``RequestRecord``/``StepRecord`` rows, failures as data. Static-batch engines
+implement :meth:`Session.run_turns`; per-request servers set ``asynchronous = True`` and
+implement :meth:`Session.run_turn_async`.
+
+Backends are registered by name with lazy imports: ``backend=torch`` never imports vLLM.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, is_dataclass, replace
+from typing import Any, Callable, ClassVar, Optional
 
-from ..config import DrafterConfig, RunConfig, SamplingConfig
+from ..config import BackendConfig, DrafterConfig, FaultConfig, ModelConfig, SamplingConfig
 from ..records import Request, RequestRecord, StepRecord
 from ..registry import Registry
+
+NAN = math.nan
 
 
 @dataclass(frozen=True)
 class GenerateSpec:
+    """Everything one measured pass needs besides the requests: the same for baseline and speculative runs."""
+
     drafter: DrafterConfig
     batch_size: int
     sampling: SamplingConfig
@@ -25,30 +38,130 @@ class GenerateSpec:
     ignore_eos: bool
     role: str  # "baseline" | "spec" | "warmup"
     progress: Optional[Callable[[int], None]] = None  # called with the number of requests just finished
+    faults: FaultConfig = field(default_factory=FaultConfig)  # test-only fault injection; never in a cell id
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """One user turn of one conversation, rendered for the engine."""
+
+    request: Request
+    turn: int  # 0-based index of the user turn
+    prompt: Any  # what the session's ``render`` returned: token ids, or chat messages for a server
+    history: tuple[tuple[str, "TurnResult"], ...] = ()  # earlier (user text, engine reply) pairs
+
+
+@dataclass
+class StepCounts:
+    """One target iteration of one sequence as an engine reported it."""
+
+    drafted: int
+    accepted: int
+    emitted: int = -1  # tokens the step emitted (accepted + 1 unless the engine says otherwise)
+    t_step: float = NAN  # seconds; NaN where the engine gives no per-step time
+    t_draft: float = NAN
+    t_verify: float = NAN
+    t_accept: float = NAN
+    verify_tokens: int = -1  # tokens in flight in the verification forward; -1 unknown
+    iteration: int = -1  # id of the target forward within one ``run_turns`` call (shared by a batch's rows)
+
+    def __post_init__(self) -> None:
+        if self.emitted < 0:
+            self.emitted = self.accepted + 1
+
+
+@dataclass
+class TurnResult:
+    """One request's answer to one user turn."""
+
+    output_ids: list[int]
+    prompt_tokens: int
+    ttft: float  # seconds, submission -> first token
+    decode_s: float  # seconds, first token -> last token
+    e2e: float  # seconds, submission -> last token
+    steps: list[StepCounts] | None = None  # None: the engine gave no per-step acceptance
+    al_source: str = "steps"
+    text: str | None = None  # the reply as text when the engine gave it (a server); else decoded from ids
+    # pooled counters, for sources that give totals without per-step detail ("counters")
+    n_drafts: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    hist: list[int] = field(default_factory=list)
+    # False: ``steps`` are timing rows only and acceptance comes from the pooled counts above
+    counts_from_steps: bool = True
 
 
 @dataclass
 class GenerateOutput:
     requests: list[RequestRecord]
     steps: list[StepRecord] = field(default_factory=list)
-    wall_s: float = float("nan")
+    wall_s: float = NAN
     extra: dict[str, Any] = field(default_factory=dict)  # engine-side counters, notes
 
 
+class Session:
+    """One measured pass (one ``GenerateSpec``) on a backend: drafter built, clocks and counters set."""
+
+    wall_s: float | None = None  # a simulated engine reports its own elapsed time; None: the driver's clock
+
+    def __init__(self, backend: "Backend", spec: GenerateSpec) -> None:
+        self.backend, self.spec = backend, spec
+
+    def render(self, history: list[tuple[str, TurnResult]], user: str) -> Any:
+        """The prompt of the next turn: the conversation so far (with the engine's own replies) + ``user``."""
+        from ..data.chat import render_conversation
+
+        tok = self.backend.tokenizer
+        return render_conversation(tok, [(u, self.reply_text(r)) for u, r in history], user, tokenize=True)
+
+    def reply_text(self, result: TurnResult) -> str:
+        if result.text is not None:
+            return result.text
+        return self.backend.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+
+    def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
+        """Static-batch engines: generate one turn for every input together (one result each, in order)."""
+        raise NotImplementedError
+
+    async def start(self) -> None:  # asynchronous backends: open clients inside the event loop
+        pass
+
+    async def arrive(self, index: int) -> None:
+        """Asynchronous backends: wait until request ``index`` of the pass is due (open-loop arrivals)."""
+
+    async def run_turn_async(self, turn: TurnInput) -> TurnResult:
+        """Per-request engines: generate one turn of one conversation."""
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        pass
+
+    def finish(self, records: list[RequestRecord], steps: list[StepRecord]) -> dict[str, Any]:
+        """Engine-side notes and counters for the pass (``GenerateOutput.extra``)."""
+        return {}
+
+
 class Backend(ABC):
-    """One engine with one target model loaded; reused by every cell that shares them."""
+    """One engine with one target model loaded; immutable after construction."""
 
-    name: str = "base"
+    name: ClassVar[str] = "base"
+    asynchronous: ClassVar[bool] = False  # True: requests run one by one, B at a time (servers)
+    tokenizer: Any = None
 
-    def __init__(self, run: RunConfig) -> None:
-        self.run = run
+    def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:
+        if not is_dataclass(engine.options):  # a config built in code: type (and check) its options here
+            from ..config import typed
+            from .options import option_schema
 
-    def check(self, drafter: DrafterConfig) -> None:  # noqa: B027 - optional
-        """Raise ``ValueError`` naming the option when this engine cannot run ``drafter``."""
+            engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
+        self.target, self.engine, self.seed = target, engine, seed
+
+    def check(self, drafter: DrafterConfig, batch_size: int) -> None:  # noqa: B027 - optional
+        """Raise ``ValueError`` naming the option when this engine cannot run ``drafter`` at ``batch_size``."""
 
     @abstractmethod
-    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        """Generate for every request in batches of ``spec.batch_size``; failures become records."""
+    def session(self, spec: GenerateSpec) -> Session:
+        """A session for one measured pass."""
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name}

@@ -25,16 +25,13 @@ drafter draft D there too, so AL means the same on every engine; false keeps HF'
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 import torch
 
 from .. import models
 from ..engine.clock import Clock
-from ..records import Request
-from .base import Backend, GenerateOutput, GenerateSpec
-from .common import NAN, StepCounts, TurnResult, batches, failed_record, fold_turns, run_conversations
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 
 METHODS = ("none", "draft_model", "ngram")
 
@@ -99,20 +96,19 @@ class CandidateRecorder:
 class HFBackend(Backend):
     name = "hf"
 
-    def __init__(self, run) -> None:
-        super().__init__(run)
-        cfg = run.backend
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
-        self.device = models.pick_device(cfg.device)
+    def __init__(self, target, engine, seed: int = 0) -> None:
+        super().__init__(target, engine, seed)
+        engine = self.engine  # options typed
+        if engine.num_threads:
+            torch.set_num_threads(engine.num_threads)
+        self.device = models.pick_device(engine.device)
         self.clock = Clock(self.device)
-        t = run.target
+        t = target
         self.model = models.load_model(t.path, t.dtype, self.device, t.revision, t.trust_remote_code)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
-        self.full_drafts = bool(cfg.options.get("full_drafts", True))
+        self.full_drafts = bool(engine.options.full_drafts)
 
-    def check(self, drafter, batch_size: int | None = None) -> None:
-        batch_size = self.run.batch_size if batch_size is None else batch_size
+    def check(self, drafter, batch_size: int) -> None:
         if drafter.method not in METHODS:
             raise ValueError(f"drafter.method={drafter.method!r} is not supported by backend=hf; supported: {list(METHODS)}")
         if drafter.method == "ngram" and drafter.prompt_lookup_min != 1:
@@ -135,7 +131,7 @@ class HFBackend(Backend):
         d = drafter.num_speculative_tokens
         if drafter.method != "draft_model":
             return {}
-        t = self.run.target
+        t = self.target
         asst = models.load_model(drafter.model, t.dtype, self.device, None, t.trust_remote_code)
         gc = asst.generation_config
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = d, "constant", 0.0
@@ -145,26 +141,8 @@ class HFBackend(Backend):
             kwargs |= {"tokenizer": self.tokenizer, "assistant_tokenizer": models.load_tokenizer(drafter.model)}
         return kwargs
 
-    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        self.check(spec.drafter, spec.batch_size)
-        assist = self._assistant(spec.drafter)
-        records, steps = [], []
-        t0 = time.perf_counter()
-        for batch in batches(requests, 1):
-            try:
-                with torch.inference_mode():
-                    turns = run_conversations(batch, self.tokenizer, lambda prompts: [self._turn(prompts[0], spec, assist)])
-            except Exception as exc:  # a failed request is data; the cell goes on
-                records += [failed_record(r, spec.role, exc) for r in batch]
-                continue
-            rec, st = fold_turns(batch[0], spec.role, turns[0])
-            records.append(rec)
-            steps += st
-        extra = {"engine": "hf-generate", "timing_split": "measured around HF's candidate generator (draft) and "
-                 "from there to its strategy update (verify); first iteration (with prefill) NaN"}
-        if "tokenizer" in assist:
-            extra["universal_assisted_generation"] = True
-        return GenerateOutput(records, steps, time.perf_counter() - t0, extra)
+    def session(self, spec: GenerateSpec) -> Session:
+        return _HFSession(self, spec)
 
     def _generation_config(self, spec: GenerateSpec):
         s = spec.sampling
@@ -182,7 +160,7 @@ class HFBackend(Backend):
             gc.max_matching_ngram_size = spec.drafter.prompt_lookup_max
         return gc
 
-    def _turn(self, prompt: list[int], spec: GenerateSpec, assist: dict[str, Any]) -> TurnResult:
+    def turn(self, prompt: list[int], spec: GenerateSpec, assist: dict[str, Any]) -> TurnResult:
         ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
         streamer = StepStreamer(self.clock)
         greedy = spec.sampling.temperature <= 0
@@ -221,3 +199,20 @@ class HFBackend(Backend):
             )
         result.al_source = "steps"
         return result
+
+
+class _HFSession(Session):
+    def __init__(self, backend: HFBackend, spec: GenerateSpec) -> None:
+        super().__init__(backend, spec)
+        self.assist = backend._assistant(spec.drafter)
+
+    def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
+        with torch.inference_mode():
+            return [self.backend.turn(t.prompt, self.spec, self.assist) for t in turns]
+
+    def finish(self, records, steps) -> dict[str, Any]:
+        extra = {"engine": "hf-generate", "timing_split": "measured around HF's candidate generator (draft) and "
+                 "from there to its strategy update (verify); first iteration (with prefill) NaN"}
+        if "tokenizer" in self.assist:
+            extra["universal_assisted_generation"] = True
+        return extra

@@ -27,6 +27,7 @@ it is never written to results or provenance.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import random
@@ -34,37 +35,28 @@ import time
 from typing import Any
 
 from .. import models
-from ..data.chat import render_conversation
-from ..records import Request
 from . import spec_counters
-from .base import Backend, GenerateOutput, GenerateSpec
-from .common import NAN, StepCounts, TurnResult, failed_record, fold_turns
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import StreamResult, stream_request
-
-DEFAULTS = {
-    "base_url": None, "baseline_url": None, "model": None, "api_key_env": None, "endpoint": "completions",
-    "request_rate": math.inf, "timeout_s": 600.0, "metrics": True, "vllm_extensions": True, "extra_body": {},
-}
 
 
 class OpenAIBackend(Backend):
     name = "openai"
 
-    def __init__(self, run) -> None:
-        super().__init__(run)
-        unknown = set(run.backend.options) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"unknown backend.options for backend=openai: {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-        self.opts = DEFAULTS | dict(run.backend.options)
+    asynchronous = True
+
+    def __init__(self, target, engine, seed: int = 0) -> None:
+        super().__init__(target, engine, seed)
+        engine = self.engine  # options typed
+        self.opts = dataclasses.asdict(engine.options)
         if not self.opts["base_url"]:
             raise ValueError("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
         if self.opts["endpoint"] not in ("completions", "chat"):
             raise ValueError(f"backend.options.endpoint must be completions or chat, got {self.opts['endpoint']!r}")
-        t = run.target
-        self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
+        self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
 
-    def check(self, drafter) -> None:
+    def check(self, drafter, batch_size: int) -> None:
         if not self.opts["baseline_url"]:
             raise ValueError("backend=openai needs backend.options.baseline_url: a server of the same target without speculation")
         if self.opts["baseline_url"].rstrip("/") == self.opts["base_url"].rstrip("/") and drafter.method != "none":
@@ -124,67 +116,20 @@ class OpenAIBackend(Backend):
         return body | dict(self.opts["extra_body"])
 
     # ---- generation --------------------------------------------------------------------------------
-    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        self.check(spec.drafter)
-        return asyncio.run(self._generate(requests, spec))
+    def session(self, spec: GenerateSpec) -> Session:
+        return _OpenAISession(self, spec)
 
-    async def _generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        import httpx
-
-        speculative = spec.drafter.method != "none"
-        base_url = self.opts["base_url"] if speculative else self.opts["baseline_url"]
-        limits = httpx.Limits(max_connections=spec.batch_size + 4)
-        async with httpx.AsyncClient(limits=limits) as client:
-            model = await self._model_name(client, base_url)
-            before = await self._counters(client, base_url)
-            self._check_server(before, spec)
-            sem = asyncio.Semaphore(spec.batch_size)
-            rng = random.Random(spec.sampling.seed)
-            rate = float(self.opts["request_rate"])
-            t0 = time.perf_counter()
-            tasks, delay = [], 0.0
-            for req in requests:
-                tasks.append(asyncio.create_task(self._request(client, sem, base_url, model, req, spec, t0 + delay)))
-                if math.isfinite(rate) and rate > 0:
-                    delay += rng.expovariate(rate)
-            results = await asyncio.gather(*tasks)
-            wall = time.perf_counter() - t0
-            after = await self._counters(client, base_url)
-        records, steps = [], []
-        for rec, st in results:
-            records.append(rec)
-            steps += st
-        return GenerateOutput(records, steps, wall, self._extra(spec, records, steps, before, after))
-
-    async def _request(self, client, sem, base_url, model, req: Request, spec: GenerateSpec, start_at: float):
-        wait = start_at - time.perf_counter()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        async with sem:
-            try:
-                turns: list[TurnResult] = []
-                history: list[tuple[str, str]] = []
-                for user in req.turns:
-                    prompt = self._prompt(history, user)
-                    body = self._body(model, prompt, spec)
-                    url = base_url.rstrip("/") + ("/chat/completions" if self.opts["endpoint"] == "chat" else "/completions")
-                    res = await stream_request(client, url, body, self._headers(), float(self.opts["timeout_s"]))
-                    turn, text = self._turn_result(res, prompt, spec)
-                    turns.append(turn)
-                    history.append((user, text))
-                return fold_turns(req, spec.role, turns)
-            except Exception as exc:  # a failed request is data
-                return failed_record(req, spec.role, exc), []
-
-    def _prompt(self, history: list[tuple[str, str]], user: str):
+    def prompt(self, history: list[tuple[str, str]], user: str):
         if self.opts["endpoint"] == "chat":
             messages: list[dict] = []
             for u, a in history:
                 messages += [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
             return messages + [{"role": "user", "content": user}]
+        from ..data.chat import render_conversation
+
         return render_conversation(self.tokenizer, history, user, tokenize=True)
 
-    def _turn_result(self, res: StreamResult, prompt, spec: GenerateSpec) -> tuple[TurnResult, str]:
+    def turn_result(self, res: StreamResult, prompt, spec: GenerateSpec) -> TurnResult:
         if not res.chunks:
             raise RuntimeError(f"the server streamed no tokens (finish_reason={res.finish_reason})")
         ids = res.token_ids
@@ -195,7 +140,7 @@ class OpenAIBackend(Backend):
         local_len = len(prompt) if self.opts["endpoint"] == "completions" else 0  # chat: the server's template
         prompt_tokens = int((res.usage or {}).get("prompt_tokens", local_len))
         turn = TurnResult(ids, prompt_tokens, t_first - res.t_send, t_last - t_first, t_last - res.t_send,
-                          steps=None, al_source="none")
+                          steps=None, al_source="none", text=text)
         counts = res.counts
         d = spec.drafter.num_speculative_tokens
         if counts is not None:
@@ -215,9 +160,9 @@ class OpenAIBackend(Backend):
             turn.accepted = int(sd.get("num_accepted_draft_tokens", sum(j * n for j, n in enumerate(hist))))
             turn.hist = hist
             turn.al_source = "steps"
-        return turn, text
+        return turn
 
-    def _extra(self, spec, records, steps, before, after) -> dict[str, Any]:
+    def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         d = spec.drafter.num_speculative_tokens
         extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
                                  "timing_split": "missing: a server exposes no per-step draft/verify times"}
@@ -252,3 +197,54 @@ class OpenAIBackend(Backend):
             )
         if not d and counters.per_pos:
             raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")
+
+
+class _OpenAISession(Session):
+    """One pass against one server: the speculative one, or the baseline for drafter ``none``."""
+
+    def __init__(self, backend: OpenAIBackend, spec: GenerateSpec) -> None:
+        super().__init__(backend, spec)
+        o = backend.opts
+        self.base_url = o["base_url"] if spec.drafter.method != "none" else o["baseline_url"]
+        self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
+        self.rng = random.Random(spec.sampling.seed)
+        self.rate = float(o["request_rate"])
+        self.before = self.after = None
+
+    def render(self, history, user):
+        return self.backend.prompt([(u, self.reply_text(r)) for u, r in history], user)
+
+    async def start(self) -> None:
+        import httpx
+
+        b = self.backend
+        self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=self.spec.batch_size + 4))
+        self.model = await b._model_name(self.client, self.base_url)
+        self.before = await b._counters(self.client, self.base_url)
+        b._check_server(self.before, self.spec)
+        self.t0 = time.perf_counter()
+        self.arrivals = [0.0]
+
+    async def arrive(self, index: int) -> None:
+        """Request ``index`` arrives at once, or on a Poisson process of ``request_rate`` per second."""
+        while len(self.arrivals) <= index:
+            gap = self.rng.expovariate(self.rate) if math.isfinite(self.rate) and self.rate > 0 else 0.0
+            self.arrivals.append(self.arrivals[-1] + gap)
+        wait = self.t0 + self.arrivals[index] - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def run_turn_async(self, turn: TurnInput) -> TurnResult:
+        b = self.backend
+        body = b._body(self.model, turn.prompt, self.spec)
+        res = await stream_request(self.client, self.url, body, b._headers(), float(b.opts["timeout_s"]))
+        return b.turn_result(res, turn.prompt, self.spec)
+
+    async def stop(self) -> None:
+        try:
+            self.after = await self.backend._counters(self.client, self.base_url)
+        finally:
+            await self.client.aclose()
+
+    def finish(self, records, steps) -> dict[str, Any]:
+        return self.backend.extra(self.spec, records, steps, self.before, self.after)

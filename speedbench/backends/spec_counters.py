@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from .common import hist_from_per_pos
 
 NAMES = {
     "vllm:spec_decode_num_drafts": "drafts",
@@ -19,6 +18,16 @@ NAMES = {
     "vllm:spec_decode_num_accepted_tokens": "accepted",
 }
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def hist_from_per_pos(drafts: int, per_pos: Sequence[int]) -> list[int]:
+    """Histogram of accepted counts from vLLM's per-position counters.
+
+    ``per_pos[i]`` = drafts whose first i+1 tokens were all accepted, so the number of drafts
+    that accepted exactly k tokens is per_pos[k-1] - per_pos[k] (with per_pos[-1] = drafts).
+    """
+    tail = [drafts, *per_pos, 0]
+    return [max(tail[k] - tail[k + 1], 0) for k in range(len(per_pos) + 1)]
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,9 @@ class SpecCounters:
 
     @property
     def al(self) -> float:
-        return 1.0 + self.accepted / self.drafts if self.drafts else math.nan
+        from ..metrics import al_from_counts
+
+        return al_from_counts(self.accepted, self.drafts)
 
     def hist(self) -> list[int]:
         return hist_from_per_pos(self.drafts, self.per_pos)

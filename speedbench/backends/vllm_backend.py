@@ -21,9 +21,9 @@ rows' times are NaN. With ``profile_split`` (default on CPU) one extra, profiled
 reads the split from vLLM's model-runner scopes into ``extra["profiled_split"]`` (see
 ``vllm_profile``); ``extra["timing_split"]`` says which it was.
 
-Keys of ``backend.options`` speedbench reads itself: ``max_engines``, ``max_num_seqs``,
-``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false).
-Every other key goes to ``vllm.LLM``.
+``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
+``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false), and
+``engine_args``, passed to ``vllm.LLM`` as they are.
 """
 from __future__ import annotations
 
@@ -42,15 +42,11 @@ from typing import Any
 
 from .. import models
 from ..models import local_dir
-from ..data.chat import render_conversation
-from ..records import Request
 from . import spec_counters, vllm_profile
-from .base import Backend, GenerateOutput, GenerateSpec
-from .common import NAN, StepCounts, TurnResult, batches, failed_record, fold_turns, run_conversations
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
 
 log = logging.getLogger(__name__)
-OWN_OPTIONS = ("max_engines", "max_num_seqs", "spec_metrics", "profile_split")
 # the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
 # engine re-registers it, so only the newest engine's counters can be read (by any backend)
 _registry_owner: list[int | None] = [None]
@@ -63,8 +59,9 @@ PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra
 class VllmBackend(Backend):
     name = "vllm"
 
-    def __init__(self, run) -> None:
-        super().__init__(run)
+    def __init__(self, target, engine, seed: int = 0) -> None:
+        super().__init__(target, engine, seed)
+        engine = self.engine  # options typed
         try:
             import vllm  # noqa: F401
         except ImportError as exc:  # pragma: no cover - depends on the machine
@@ -73,11 +70,10 @@ class VllmBackend(Backend):
             ) from exc
         from vllm.platforms import current_platform
 
-        opts = dict(run.backend.options)
-        self.max_engines = int(opts.pop("max_engines", 2))
-        self.max_num_seqs = int(opts.pop("max_num_seqs", 8))
-        self.spec_metrics = str(opts.pop("spec_metrics", "auto"))
-        profile = str(opts.pop("profile_split", "auto")).lower()
+        o = engine.options
+        self.max_engines, self.max_num_seqs, self.spec_metrics = int(o.max_engines), int(o.max_num_seqs), str(o.spec_metrics)
+        profile = str(o.profile_split).lower()
+        opts = dict(o.engine_args)
         if self.spec_metrics not in ("auto", "per_request", "counters"):
             raise ValueError(f"backend.options.spec_metrics must be auto, per_request or counters, got {self.spec_metrics!r}")
         if self.max_engines < 1:
@@ -92,7 +88,7 @@ class VllmBackend(Backend):
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
         self._baseline_split: dict[int, dict] = {}
         self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
-        want = run.backend.device
+        want = engine.device
         if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
             raise ValueError(f"backend.device={want!r} but the installed vLLM runs on {self.device!r}")
         defaults = dict(CPU_DEFAULTS) if self.on_cpu else {"gpu_memory_utilization": round(0.85 / self.max_engines, 3)}
@@ -102,7 +98,7 @@ class VllmBackend(Backend):
             defaults.pop("kv_cache_memory_bytes", None)
             defaults.pop("gpu_memory_utilization", None)
         self.llm_args = defaults | opts
-        t = run.target
+        t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self._supported = supported_methods()
@@ -111,7 +107,7 @@ class VllmBackend(Backend):
         self._per_request_ok = _engine_args_have("per_request_spec_decode_metrics")
 
     # ---- engines -------------------------------------------------------------------------------
-    def check(self, drafter) -> None:
+    def check(self, drafter, batch_size: int) -> None:
         check_method(drafter, self._supported)
 
     def _engine(self, drafter, batch_size: int):
@@ -127,10 +123,10 @@ class VllmBackend(Backend):
             _shutdown(old)
         from vllm import LLM
 
-        t = self.run.target
+        t = self.target
         kwargs = dict(
             model=self.model_dir, tokenizer=self.model_dir, dtype=t.dtype, revision=t.revision,
-            trust_remote_code=t.trust_remote_code, seed=self.run.seed, max_num_seqs=seqs,
+            trust_remote_code=t.trust_remote_code, seed=self.seed, max_num_seqs=seqs,
             disable_log_stats=False,  # else no RequestOutput.metrics and no counters at all
         ) | self.llm_args
         if self.profile:
@@ -176,49 +172,14 @@ class VllmBackend(Backend):
         except AssertionError:  # disable_log_stats=True
             return None
 
-    def generate(self, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
-        self.check(spec.drafter)
-        llm, key = self._engine(spec.drafter, spec.batch_size)
-        params = self._sampling(spec)
-        speculative = spec.drafter.method != "none"
-        records, steps = [], []
-        total = None
-        sources: set[str] = set()
-        t0 = time.perf_counter()
-        for b_idx, batch in enumerate(batches(requests, spec.batch_size)):
-            before = self._counters(llm, key) if speculative else None
-            try:
-                turns = run_conversations(batch, self.tokenizer, lambda prompts: self._turn(llm, prompts, params, speculative))
-            except Exception as exc:  # a failed batch is data; the cell goes on
-                log.exception("vllm: batch failed")
-                records += [failed_record(r, spec.role, exc) for r in batch]
-                continue
-            after = self._counters(llm, key) if speculative else None
-            delta = after - before if before is not None and after is not None else None
-            if delta is not None:
-                total = delta if total is None else total + delta
-            if speculative and any(t.steps is None for ts in turns for t in ts):
-                _put_counters_on_first(turns, delta)
-            for b, (req, req_turns) in enumerate(zip(batch, turns)):
-                rec, st = fold_turns(req, spec.role, req_turns, batch_index=b)
-                records.append(rec)
-                steps += st
-                sources.add(rec.al_source)
-        wall = time.perf_counter() - t0
-        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
-        if self.profile and spec.role != "warmup" and requests:
-            self._profile(llm, key, requests[: spec.batch_size], params, spec, extra)
-        if speculative:
-            extra["speculative_config"] = speculative_config(spec.drafter)
-            extra["al_detail"] = _describe(sources)
-            extra["counters"] = total.as_dict() if total is not None else "unavailable"
-        return GenerateOutput(records, steps, wall, extra)
+    def session(self, spec: GenerateSpec) -> Session:
+        return _VllmSession(self, spec)
 
-    def _profile(self, llm, key: str, batch: list[Request], params, spec: GenerateSpec, extra: dict) -> None:
+    def _profile(self, llm, key: str, first_turns: list[list[int]], params, spec: GenerateSpec, extra: dict) -> None:
         """One extra batch (first turns) under the profiler: draft and forward scope times."""
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=render_conversation(self.tokenizer, [], r.turns[0], tokenize=True)) for r in batch]
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in first_turns]
         try:
             split = vllm_profile.profile_split(
                 llm, lambda: llm.generate(prompts, params, use_tqdm=False), self._trace_dir(key)
@@ -234,7 +195,7 @@ class VllmBackend(Backend):
             extra["profiled_split"] = split | ({"verify_baseline": base["verify"]} if "verify" in base else {})
         extra["timing_split"] = PROFILED if split.get("status") == "measured" else split["status"]
 
-    def _sampling(self, spec: GenerateSpec):
+    def sampling_params(self, spec: GenerateSpec):
         from vllm import SamplingParams
 
         s = spec.sampling
@@ -243,11 +204,52 @@ class VllmBackend(Backend):
             max_tokens=spec.max_new_tokens, ignore_eos=spec.ignore_eos, detokenize=False,
         )
 
-    def _turn(self, llm, prompts: list[list[int]], params, speculative: bool) -> list[TurnResult]:
+
+class _VllmSession(Session):
+    """One pass on the engine for the spec's speculative config; one ``LLM.generate`` per batch and turn."""
+
+    def __init__(self, backend: VllmBackend, spec: GenerateSpec) -> None:
+        super().__init__(backend, spec)
+        self.llm, self.key = backend._engine(spec.drafter, spec.batch_size)
+        self.params = backend.sampling_params(spec)
+        self.speculative = spec.drafter.method != "none"
+        self.total = None
+        self.sources: set[str] = set()
+        self.first_prompts: list[list[int]] = []  # the profiled pass replays up to B first turns
+
+    def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         from vllm.inputs import TokensPrompt
 
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        return [_turn_result(p, o, speculative) for p, o in zip(prompts, outs)]
+        b = self.backend
+        before = b._counters(self.llm, self.key) if self.speculative else None
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
+        results = [_turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
+        after = b._counters(self.llm, self.key) if self.speculative else None
+        delta = after - before if before is not None and after is not None else None
+        if delta is not None:
+            self.total = delta if self.total is None else self.total + delta
+        if self.speculative and any(r.steps is None for r in results):
+            _put_counters_on_first([results], delta)
+        self.sources |= {r.al_source for r in results}
+        return results
+
+    def finish(self, records, steps) -> dict[str, Any]:
+        b, spec = self.backend, self.spec
+        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
+        requests = [r for r in records if r.status == "ok"]
+        if b.profile and spec.role != "warmup" and requests and self.first_prompts:
+            b._profile(self.llm, self.key, self.first_prompts, self.params, spec, extra)
+        if self.speculative:
+            extra["speculative_config"] = speculative_config(spec.drafter)
+            extra["al_detail"] = _describe(self.sources)
+            extra["counters"] = self.total.as_dict() if self.total is not None else "unavailable"
+        return extra
+
+    def render(self, history, user):
+        prompt = super().render(history, user)
+        if not history and len(self.first_prompts) < self.spec.batch_size:
+            self.first_prompts.append(prompt)
+        return prompt
 
 
 def _turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
@@ -276,7 +278,7 @@ def _turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
     return result
 
 
-def _put_counters_on_first(turns: list[list[TurnResult]], delta) -> None:
+def _put_counters_on_first(turns: list[list[TurnResult]], delta) -> None:  # [request][turn]
     """Counter deltas cover the whole batch: the first request carries them, the rest carry zeros."""
     first = True
     for req_turns in turns:

@@ -55,7 +55,7 @@ def check_method(drafter: DrafterConfig, supported: set[str] | None = None) -> N
             f"drafter.method={drafter.method!r} is not supported by the installed vLLM {vllm_version()}; "
             f"its speculative methods are: {sorted(supported)}"
         )
-    if drafter.method in NEEDS_MODEL and not (drafter.model or drafter.options.get("model")):
+    if drafter.method in NEEDS_MODEL and not (getattr(drafter, "model", None) or drafter.engine_args.get("model")):
         raise ValueError(f"drafter.method={drafter.method!r} needs drafter.model (a folder, hub id or builtin:NAME)")
 
 
@@ -67,9 +67,10 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     if drafter.method in ("ngram", "ngram_gpu"):
         cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
         cfg["prompt_lookup_max"] = drafter.prompt_lookup_max
-    if drafter.model and drafter.method not in NO_MODEL:
-        cfg["model"] = local_dir(drafter.model)
-    cfg.update(drafter.options)  # engine-specific keys pass through and win
+    model = getattr(drafter, "model", None)
+    if model and drafter.method not in NO_MODEL:
+        cfg["model"] = local_dir(model)
+    cfg.update(drafter.engine_args)  # engine-specific keys pass through and win
     if isinstance(cfg.get("model"), str):
         cfg["model"] = local_dir(cfg["model"])
     return cfg

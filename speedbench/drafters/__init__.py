@@ -1,4 +1,4 @@
 """Drafters of the reference engine, each a small class behind the name registry."""
-from .base import DRAFTERS, Drafter, build_drafter
+from .registry import DRAFTERS, build_drafter
 
-__all__ = ["DRAFTERS", "Drafter", "build_drafter"]
+__all__ = ["DRAFTERS", "build_drafter"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..engine.speculative import Proposal
-from .base import Drafter, draft_autoregressive
+from ..engine.drafting import Drafter, draft_autoregressive
 
 
 class DraftModelDrafter(Drafter):

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.eagle3_head import Eagle3Head, load_head
-from ..engine.lean_llama import _interleave_rows, _rms, _rope, rope_table
+from ..engine.lean_llama import interleave_rows, rms_norm, apply_rope, rope_table
 from ..engine.speculative import Proposal
 from ..models import local_dir
-from .base import Drafter, draft_autoregressive
+from ..engine.drafting import Drafter, draft_autoregressive
 
 
 def _local_dir(path: str) -> Path:
@@ -41,8 +41,8 @@ class _LeanHead:
         with torch.no_grad():
             self.w_fc = head.fc.weight.detach()
             self.ln_in, self.ln_hidden = layer.input_layernorm.weight.detach(), layer.hidden_norm.weight.detach()
-            self.w_qkv = torch.cat([_interleave_rows(att.q_proj.weight, s.num_attention_heads, s.head_dim),
-                                    _interleave_rows(att.k_proj.weight, s.num_key_value_heads, s.head_dim),
+            self.w_qkv = torch.cat([interleave_rows(att.q_proj.weight, s.num_attention_heads, s.head_dim),
+                                    interleave_rows(att.k_proj.weight, s.num_key_value_heads, s.head_dim),
                                     att.v_proj.weight]).detach()
             self.w_o = att.o_proj.weight.detach()
             self.ln_post = layer.post_attention_layernorm.weight.detach()
@@ -116,11 +116,11 @@ class Eagle3Drafter(Drafter):
         returns (normed output for the LM head, pre-norm residual), both [B, T, H]."""
         w, s = self.lean, self.lean.spec
         batch, width = positions.shape
-        x = torch.cat([_rms(F.embedding(tokens, self.embed), w.ln_in, w.eps), _rms(hidden, w.ln_hidden, w.eps)], -1)
+        x = torch.cat([rms_norm(F.embedding(tokens, self.embed), w.ln_in, w.eps), rms_norm(hidden, w.ln_hidden, w.eps)], -1)
         q, k, v = F.linear(x, w.w_qkv).split(w.split, -1)
         rot = self.rot[positions][:, :, None]
-        q = _rope(q.view(batch, width, s.num_attention_heads, s.head_dim), rot)
-        k = _rope(k.view(batch, width, s.num_key_value_heads, s.head_dim), rot)
+        q = apply_rope(q.view(batch, width, s.num_attention_heads, s.head_dim), rot)
+        k = apply_rope(k.view(batch, width, s.num_key_value_heads, s.head_dim), rot)
         v = v.view(batch, width, s.num_key_value_heads, s.head_dim)
         span = int(positions.max()) + 1
         if batch == 1:  # contiguous positions: a slice write, and one query needs no mask
@@ -137,9 +137,9 @@ class Eagle3Drafter(Drafter):
                                              enable_gqa=s.num_attention_heads != s.num_key_value_heads)
         residual = x[..., s.hidden_size:] if s.norm_before_residual else hidden
         r = residual + F.linear(att.transpose(1, 2).reshape(batch, width, -1), w.w_o)
-        gate, up = F.linear(_rms(r, w.ln_post, w.eps), w.w_gate_up).chunk(2, -1)
+        gate, up = F.linear(rms_norm(r, w.ln_post, w.eps), w.w_gate_up).chunk(2, -1)
         r = r + F.linear(F.silu(gate) * up, w.w_down)
-        out = _rms(r, w.norm, w.eps)
+        out = rms_norm(r, w.norm, w.eps)
         return out, (out if s.norm_output else r)
 
     def _logits(self, out: torch.Tensor) -> torch.Tensor:

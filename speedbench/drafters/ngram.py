@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..engine.speculative import Proposal
-from .base import Drafter
+from ..engine.drafting import Drafter
 
 
 def lookup(context: torch.Tensor, n_min: int, n_max: int, num_tokens: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..engine.speculative import Proposal
-from .base import Drafter
+from ..engine.drafting import Drafter
 
 
 class NoDrafter(Drafter):

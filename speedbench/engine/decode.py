@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..drafters.base import Drafter, History
+from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
 from .sampling import SamplingParams, next_token

@@ -49,11 +49,11 @@ class _Layer:
     w_down: torch.Tensor
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
+def interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tensor:
     """Reorder each head's output features from HF's half-split RoPE layout (x0..x31 | x32..x63)
     to the interleaved layout (x0, x32, x1, x33, ...), so RoPE is one complex multiply.
     q.k is unchanged because q and k are permuted alike."""
@@ -63,13 +63,13 @@ def _interleave_rows(w: torch.Tensor, n_heads: int, head_dim: int) -> torch.Tens
 
 
 def rope_table(inv_freq: torch.Tensor, max_len: int, device, scale: float = 1.0) -> torch.Tensor:
-    """RoPE rotations for positions 0 .. max_len-1 as complex numbers [max_len, hd/2] (see ``_rope``)."""
+    """RoPE rotations for positions 0 .. max_len-1 as complex numbers [max_len, hd/2] (see ``apply_rope``)."""
     positions = torch.arange(max_len, device=device, dtype=torch.float32)
     freqs = torch.outer(positions, inv_freq.to(device))
     return torch.polar(torch.full_like(freqs, scale), freqs)
 
 
-def _rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     """x [B, T, H, hd] in interleaved layout times rot [B, T, 1, hd/2] (complex)."""
     xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
     return torch.view_as_real(xc * rot).flatten(-2).type_as(x)
@@ -100,12 +100,12 @@ class LeanWeights:
                 att, mlp = layer.self_attn, layer.mlp
                 q_heads = (self.n_heads, self.head_dim)
                 k_heads = (self.n_kv, self.head_dim)
-                w_qkv = [_interleave_rows(att.q_proj.weight, *q_heads), _interleave_rows(att.k_proj.weight, *k_heads),
+                w_qkv = [interleave_rows(att.q_proj.weight, *q_heads), interleave_rows(att.k_proj.weight, *k_heads),
                          att.v_proj.weight]
                 biases = (att.q_proj.bias, att.k_proj.bias, att.v_proj.bias)
                 b_qkv = None
                 if all(b is not None for b in biases):
-                    b_qkv = torch.cat([_interleave_rows(biases[0], *q_heads), _interleave_rows(biases[1], *k_heads),
+                    b_qkv = torch.cat([interleave_rows(biases[0], *q_heads), interleave_rows(biases[1], *k_heads),
                                        biases[2]]).detach()
                 qk_norm = hasattr(att, "q_norm")
                 self.layers.append(
@@ -113,8 +113,8 @@ class LeanWeights:
                         ln1=layer.input_layernorm.weight.detach(),
                         w_qkv=torch.cat(w_qkv, 0).detach(),
                         b_qkv=b_qkv,
-                        q_norm=_interleave_rows(att.q_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
-                        k_norm=_interleave_rows(att.k_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
+                        q_norm=interleave_rows(att.q_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
+                        k_norm=interleave_rows(att.k_norm.weight, 1, self.head_dim).detach() if qk_norm else None,
                         w_o=att.o_proj.weight.detach(),
                         ln2=layer.post_attention_layernorm.weight.detach(),
                         w_gate_up=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).detach(),
@@ -171,13 +171,13 @@ class LeanLlama(CachedLM):
         q_size, kv_size = w.n_heads * w.head_dim, w.n_kv * w.head_dim
         features = [x] if 0 in self.capture else []
         for i, layer in enumerate(self.layers):
-            h = _rms(x, layer.ln1, w.eps)
+            h = rms_norm(x, layer.ln1, w.eps)
             q, k, v = F.linear(h, layer.w_qkv, layer.b_qkv).split([q_size, kv_size, kv_size], -1)
             q = q.view(batch, width, w.n_heads, w.head_dim)
             k = k.view(batch, width, w.n_kv, w.head_dim)
             if layer.q_norm is not None:
-                q, k = _rms(q, layer.q_norm, w.eps), _rms(k, layer.k_norm, w.eps)
-            q, k = _rope(q, rot), _rope(k, rot)
+                q, k = rms_norm(q, layer.q_norm, w.eps), rms_norm(k, layer.k_norm, w.eps)
+            q, k = apply_rope(q, rot), apply_rope(k, rot)
             v = v.view(batch, width, w.n_kv, w.head_dim)
             kc, vc = self.k_cache[i], self.v_cache[i]
             if single:
@@ -191,7 +191,7 @@ class LeanLlama(CachedLM):
                 q, kc[:batch, :, :span], vc[:batch, :, :span], attn_mask=mask, enable_gqa=w.n_kv != w.n_heads
             )
             x = x + F.linear(att.transpose(1, 2).reshape(batch, width, q_size), layer.w_o)
-            gate, up = F.linear(_rms(x, layer.ln2, w.eps), layer.w_gate_up).chunk(2, -1)
+            gate, up = F.linear(rms_norm(x, layer.ln2, w.eps), layer.w_gate_up).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
             if i + 1 in self.capture:
                 features.append(x)
@@ -200,7 +200,7 @@ class LeanLlama(CachedLM):
         self.lens = self.lens + width
         if logits_at is not None:
             x = x[torch.arange(batch, device=self.device), logits_at]
-        return F.linear(_rms(x, w.norm, w.eps), w.lm_head).float()
+        return F.linear(rms_norm(x, w.norm, w.eps), w.lm_head).float()
 
     def truncate(self, new_lens: torch.Tensor) -> None:
         self.lens = new_lens.clone()

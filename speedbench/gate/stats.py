@@ -16,12 +16,12 @@ deterministic greedy AL two identical runs give a ratio of exactly 1 in every re
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from .. import metrics
 from ..records import STATUS_OK
 
 
@@ -57,16 +57,12 @@ class RequestArrays:
 
 def al(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
     """AL for each row of resampled request indices ``idx`` (shape [resamples, n])."""
-    drafts = r.drafts[idx].sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(drafts > 0, 1.0 + r.accepted[idx].sum(-1) / drafts, np.nan)
+    return metrics.al_from_counts(r.accepted[idx].sum(-1), r.drafts[idx].sum(-1))
 
 
 def speedup(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
-    """Median baseline TPOT / median speculative TPOT (NaN TPOTs of 1-token requests ignored)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
-        return np.nanmedian(r.tpot_baseline[idx], -1) / np.nanmedian(r.tpot_spec[idx], -1)
+    """The cell table's speedup for each row of resampled request indices."""
+    return np.asarray(metrics.speedup_from_tpots(r.tpot_baseline[idx], r.tpot_spec[idx]))
 
 
 METRICS = {"al": al, "speedup": speedup}

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..results.provenance import redact
+from .. import metrics
 from ..records import STATUS_OK
 
 KEY_COLUMNS = (
@@ -79,10 +80,9 @@ def per_category(requests: pd.DataFrame) -> Table:
     rows = []
     for (category, bucket), group in ok.groupby(["category", "context_bucket"], sort=True):
         spec, base = group[group["role"] == "spec"], group[group["role"] == "baseline"]
-        drafts = spec["n_drafts"].sum()
-        al = 1.0 + spec["accepted"].sum() / drafts if drafts else math.nan
+        al = metrics.al_from_counts(spec["accepted"].sum(), spec["n_drafts"].sum())
         tpot_b, tpot_s = base["tpot"].median() * 1e3, spec["tpot"].median() * 1e3
-        speedup = tpot_b / tpot_s if tpot_s > 0 else math.nan
+        speedup = metrics.speedup_from_tpots(base["tpot"].to_numpy(), spec["tpot"].to_numpy())
         rows.append([category, bucket, int(spec["request_id"].nunique()), float(al), float(tpot_b), float(tpot_s), float(speedup)])
     return Table(CATEGORY_COLUMNS, rows)
 

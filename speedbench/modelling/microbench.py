@@ -122,19 +122,6 @@ def run_attention(args) -> "pd.DataFrame":  # noqa: F821
     return frame.assign(device=device, dtype=args.dtype)
 
 
-def make_lm(model, impl: str = "auto"):
-    """The engine's cached LM for ``model``: the lean Llama path when it supports the model."""
-    from ..engine.cached_lm import HFCachedLM
-    from ..engine.lean_llama import LeanLlama, LeanWeights, lean_supported
-
-    reason = lean_supported(model)
-    if impl == "lean" and reason:
-        raise ValueError(f"--impl lean: {reason}")
-    if impl == "hf" or reason:
-        return HFCachedLM(model)
-    return LeanLlama(LeanWeights(model))
-
-
 def run_verify(args) -> "pd.DataFrame":  # noqa: F821
     import pandas as pd
     import torch
@@ -143,7 +130,9 @@ def run_verify(args) -> "pd.DataFrame":  # noqa: F821
 
     device, _ = _setup(args)
     model = load_model(args.target, args.dtype, device)
-    lm = make_lm(model, args.impl)
+    from ..engine.build import LMBuilder
+
+    lm = LMBuilder(args.impl)(model)
     vocab = int(model.config.vocab_size)
     gen = torch.Generator(device="cpu").manual_seed(0)
     depths = _ints(args.depth)

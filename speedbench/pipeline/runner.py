@@ -13,10 +13,11 @@ from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 
-from ..results import provenance
 from ..backends.base import BACKENDS, Backend, GenerateSpec
-from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
 from ..config import DrafterConfig, RunConfig
+from ..results import provenance
+from . import conversations
+from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
 from ..data import DatasetSpec, load_requests
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, to_row
@@ -28,13 +29,11 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 def get_backend(run: RunConfig) -> Backend:
-    """One backend per (engine settings, target) per process: a sweep loads the target once."""
-    key = stable_hash({"backend": asdict_clean(run.backend), "target": asdict_clean(run.target)})
+    """One backend per (engine settings, target, seed) per process: a sweep loads the target once."""
+    key = stable_hash({"backend": asdict_clean(run.backend), "target": asdict_clean(run.target), "seed": run.seed})
     if key not in _BACKENDS:
-        _BACKENDS[key] = BACKENDS.get(run.backend.name)(run)
-    backend = _BACKENDS[key]
-    backend.run = run
-    return backend
+        _BACKENDS[key] = BACKENDS.get(run.backend.name)(run.target, run.backend, run.seed)
+    return _BACKENDS[key]
 
 
 def dataset_spec(run: RunConfig) -> DatasetSpec:
@@ -65,7 +64,8 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 
 
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
-    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress)
+    faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
+    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults)
 
 
 def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
@@ -75,7 +75,7 @@ def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
     sample = requests[: run.batch_size * run.warmup_batches]
     t0 = time.perf_counter()
     for drafter in (BASELINE, run.drafter):
-        backend.generate(sample, generate_spec(run, drafter, "warmup"))
+        conversations.generate(backend, sample, generate_spec(run, drafter, "warmup"))
     return time.perf_counter() - t0
 
 
@@ -102,7 +102,7 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool) -> list[CellResult]:
     backend = get_backend(run)
-    backend.check(run.drafter)
+    backend.check(run.drafter, run.batch_size)
     info = backend.info()
     device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
     store.write_provenance(provenance.collect(run, info, device))
@@ -120,8 +120,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     bars = _Progress(todo, progress, run)
     for key, reqs in bars.cells:
         try:
-            base = backend.generate(reqs, generate_spec(run, BASELINE, "baseline", bars.requests_done))
-            spec = backend.generate(reqs, generate_spec(run, run.drafter, "spec", bars.requests_done))
+            base = conversations.generate(backend, reqs, generate_spec(run, BASELINE, "baseline", bars.requests_done))
+            spec = conversations.generate(backend, reqs, generate_spec(run, run.drafter, "spec", bars.requests_done))
             cell = _with_config(summarize(key, base, spec, warmup_s, device, n_gpus), run)
             steps = [to_row(s) | {"role": "baseline"} for s in base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in spec.steps]

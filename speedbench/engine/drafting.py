@@ -1,8 +1,9 @@
-"""The drafter interface of the reference engine.
+"""The decode loop's drafter protocol: what a drafter sees and must do.
 
 A drafter sees the token history of every row (``History``) and proposes up to D tokens per
 row. After verification the engine tells it how many were accepted, so drafters with a KV
-cache can roll theirs back. The speculative step itself lives in ``engine.decode``.
+cache can roll theirs back. The speculative step itself lives in ``engine.decode``; the
+implementations live in ``speedbench.drafters`` behind a registry.
 """
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from typing import Any
 
 import torch
 
-from ..engine.sampling import SamplingParams, logits_to_probs, sample
-from ..engine.speculative import Proposal
-from ..registry import Registry
+from .sampling import SamplingParams, logits_to_probs, sample
+from .speculative import Proposal
 
 
 class History:
@@ -47,7 +47,7 @@ class DraftContext:
     """What a drafter is built with: the loaded target and the run's settings."""
 
     target_model: Any  # the HF model of the target (for drafters built from it)
-    make_lm: Any  # callable(hf_model, num_layers=None) -> CachedLM (lean when possible)
+    make_lm: Any  # callable(hf_model, num_layers=None) -> CachedLM: an ``engine.build.LMBuilder``
     device: torch.device
     load_model: Any  # callable(path: str) -> HF model, for external drafters
 
@@ -97,15 +97,3 @@ def draft_autoregressive(logits: torch.Tensor, step, num_tokens: int, params: Sa
         n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=device),
         probs=torch.stack(probs, 1) if probs else None,
     )
-
-
-DRAFTERS: Registry[type[Drafter]] = Registry("drafter")
-DRAFTERS.register("none", "speedbench.drafters.none:NoDrafter")
-DRAFTERS.register("ngram", "speedbench.drafters.ngram:NgramDrafter")
-DRAFTERS.register("draft_model", "speedbench.drafters.draft_model:DraftModelDrafter")
-DRAFTERS.register("layer_skip", "speedbench.drafters.draft_model:LayerSkipDrafter")
-DRAFTERS.register("eagle3", "speedbench.drafters.eagle3:Eagle3Drafter")
-
-
-def build_drafter(method: str, ctx: DraftContext, options: dict[str, Any]) -> Drafter:
-    return DRAFTERS.get(method)(ctx, **options)

@@ -1,0 +1,78 @@
+"""Each engine's own settings (``backend.options``), typed: a misspelt key fails when the config
+is composed, naming it. Light on purpose (no engine imports): the ConfigStore reads it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class TorchOptions:
+    """``backend=torch``: the reference engine has no options besides ``backend.impl`` and ``num_threads``."""
+
+
+@dataclass
+class VllmOptions:
+    max_engines: int = 2  # engines alive at once (baseline + one speculative config)
+    max_num_seqs: int = 8  # engine batch slots; raised to batch_size when larger
+    spec_metrics: str = "auto"  # auto | per_request | counters: where acceptance comes from
+    profile_split: str = "auto"  # auto (on for CPU) | true | false: draft/verify split from profiler scopes
+    engine_args: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM(...) as they are
+
+
+@dataclass
+class OpenAIOptions:
+    base_url: Optional[str] = None  # the speculative server, e.g. http://127.0.0.1:8000/v1
+    baseline_url: Optional[str] = None  # a server of the same target without speculation
+    model: Optional[str] = None  # the served model name (default: the server's first /models entry)
+    api_key_env: Optional[str] = None  # name of the environment variable holding the API key
+    endpoint: str = "completions"  # completions | chat
+    request_rate: float = math.inf  # Poisson arrivals per second; inf = all at once (B in flight)
+    timeout_s: float = 600.0
+    metrics: bool = True  # read /metrics counter deltas around each pass
+    vllm_extensions: bool = True  # send vLLM's extra fields (return_token_ids, ignore_eos, top_k)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HFOptions:
+    full_drafts: bool = True  # let HF draft D tokens even when fewer than D + 1 remain (as vLLM does)
+
+
+@dataclass
+class SyntheticOptions:
+    """The seeded model of ``backend=synthetic`` (see that module for the formulas); times in ms."""
+
+    alpha: float = 0.7
+    alpha_by_category: dict[str, float] = field(default_factory=dict)
+    alpha_by_method: dict[str, float] = field(default_factory=dict)
+    verify_a_ms: float = 2.0
+    verify_b_ms: float = 0.05
+    verify_ctx_ms: float = 0.0
+    draft_ms: float = 0.2
+    draft_ms_by_method: dict[str, float] = field(default_factory=dict)
+    parallel_methods: list[str] = field(default_factory=lambda: ["dflash", "medusa"])
+    propose_prob_by_method: dict[str, float] = field(default_factory=dict)
+    accept_ms: float = 0.05
+    overhead_ms: float = 0.02
+    prefill_ms_per_token: float = 0.01
+    chars_per_token: float = 4
+    noise: float = 0.0
+    seed: int = 0
+
+
+OPTION_SCHEMAS: dict[str, type] = {
+    "torch": TorchOptions,
+    "vllm": VllmOptions,
+    "openai": OpenAIOptions,
+    "hf": HFOptions,
+    "synthetic": SyntheticOptions,
+}
+
+
+def option_schema(backend: str) -> type:
+    if backend not in OPTION_SCHEMAS:
+        raise ValueError(f"backend.name={backend!r} is not a known backend; known: {sorted(OPTION_SCHEMAS)}")
+    return OPTION_SCHEMAS[backend]

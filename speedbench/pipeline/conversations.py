@@ -1,0 +1,190 @@
+"""The one conversation loop: requests -> turns on a backend -> request and step records.
+
+Every backend goes through :func:`generate`. A request's user turns are sent one after
+another; the engine's own reply to turn i is appended as the assistant message before
+turn i+1 (SPEED-Bench's multi-turn rule). Static-batch engines get B conversations at a time
+and one ``run_turns`` call per turn; per-request servers run every conversation as its own
+task, at most B in flight. A failing batch or request is recorded ``status=failed`` with its
+error; the pass goes on.
+
+:func:`fold_turns` is the only place a ``RequestRecord`` is built, with these conventions:
+
+* TTFT is the first turn's; TPOT = decode time / (tokens - 1), summed over turns;
+* a *draft* is a step with at least one proposed token; ``accepted`` counts leading draft
+  tokens accepted before any truncation at ``max_new_tokens``; the histogram is over drafts;
+* a time an engine does not expose is NaN, never an estimate;
+* every step row carries ``iteration``: the id of its target forward within the pass, shared
+  by the rows of one batch, so per-iteration times are counted once.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Iterator
+
+from ..backends.base import Backend, GenerateOutput, GenerateSpec, Session, TurnInput, TurnResult
+from ..records import STATUS_FAILED, STATUS_OK, Request, RequestRecord, StepRecord
+
+NAN = float("nan")
+
+
+def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
+    """One measured pass of ``requests`` on ``backend`` (baseline, speculative or warm-up)."""
+    backend.check(spec.drafter, spec.batch_size)
+    session = backend.session(spec)
+    ids = _Iterations()
+    t0 = time.perf_counter()
+    if backend.asynchronous:
+        results = asyncio.run(_run_async(session, requests, spec, ids))
+    else:
+        results = _run_batches(session, requests, spec, ids)
+    wall = time.perf_counter() - t0
+    records: list[RequestRecord] = []
+    steps: list[StepRecord] = []
+    for req, batch_index, turns, error in results:
+        if error is not None:
+            records.append(record(req, spec.role, [], error=error))
+            continue
+        rec, rows = fold_turns(req, spec.role, turns, batch_index)
+        records.append(rec)
+        steps += rows
+    extra = session.finish(records, steps)
+    return GenerateOutput(records, steps, session.wall_s if session.wall_s is not None else wall, extra)
+
+
+def batches(requests: list[Request], size: int) -> Iterator[list[Request]]:
+    for start in range(0, len(requests), size):
+        yield requests[start : start + size]
+
+
+class _Iterations:
+    """Gives each backend call's local iteration ids a range of its own within the pass."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def assign(self, results: list[TurnResult]) -> None:
+        rows = [s for r in results for s in (r.steps or ())]
+        nxt = self.next + 1 + max((s.iteration for s in rows if s.iteration >= 0), default=-1)
+        for s in rows:
+            if s.iteration >= 0:  # the engine's own ids: rows of one forward share one
+                s.iteration += self.next
+            else:  # an engine that reports no sharing: every step is its own iteration
+                s.iteration, nxt = nxt, nxt + 1
+        self.next = nxt
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _run_batches(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations):
+    out = []
+    for batch in batches(requests, spec.batch_size):
+        history: list[list[tuple[str, TurnResult]]] = [[] for _ in batch]
+        try:
+            for turn in range(max(len(r.turns) for r in batch)):
+                rows = [b for b, r in enumerate(batch) if len(r.turns) > turn]
+                inputs = [
+                    TurnInput(batch[b], turn, session.render(history[b], batch[b].turns[turn]), tuple(history[b]))
+                    for b in rows
+                ]
+                results = session.run_turns(inputs)
+                if len(results) != len(inputs):
+                    raise RuntimeError(f"the engine returned {len(results)} results for {len(inputs)} prompts")
+                ids.assign(results)
+                for b, res in zip(rows, results):
+                    history[b].append((batch[b].turns[turn], res))
+        except Exception as exc:  # a failed batch is data; the pass goes on
+            out += [(r, b, [], _error(exc)) for b, r in enumerate(batch)]
+            continue
+        finally:
+            if spec.progress:
+                spec.progress(len(batch))
+        out += [(r, b, [res for _, res in history[b]], None) for b, r in enumerate(batch)]
+    return out
+
+
+async def _run_async(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations):
+    await session.start()
+    try:
+        sem = asyncio.Semaphore(spec.batch_size)
+
+        async def one(index: int, req: Request):
+            await session.arrive(index)
+            async with sem:
+                history: list[tuple[str, TurnResult]] = []
+                try:
+                    for turn, user in enumerate(req.turns):
+                        res = await session.run_turn_async(TurnInput(req, turn, session.render(history, user), tuple(history)))
+                        ids.assign([res])
+                        history.append((user, res))
+                except Exception as exc:  # a failed request is data
+                    return req, 0, [], _error(exc)
+                finally:
+                    if spec.progress:
+                        spec.progress(1)
+                return req, 0, [res for _, res in history], None
+
+        return await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+    finally:
+        await session.stop()
+
+
+def add_hist(hist: list[int], k: int, n: int = 1) -> None:
+    while len(hist) <= k:
+        hist.append(0)
+    hist[k] += n
+
+
+def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: int = 0) -> tuple[RequestRecord, list[StepRecord]]:
+    """One request's turns as its request record and step rows."""
+    output: list[int] = []
+    steps: list[StepRecord] = []
+    hist: list[int] = []
+    n_drafts = drafted = accepted = 0
+    decode_s, decode_tokens, e2e, prompt_tokens = 0.0, 0, 0.0, 0
+    sources = {t.al_source for t in turns}
+    for turn_no, turn in enumerate(turns):
+        output += turn.output_ids
+        prompt_tokens += turn.prompt_tokens
+        e2e += turn.e2e
+        if len(turn.output_ids) > 1:
+            decode_s += turn.decode_s
+            decode_tokens += len(turn.output_ids) - 1
+        pooled = turn.steps is None or not turn.counts_from_steps
+        if pooled:
+            n_drafts, drafted, accepted = n_drafts + turn.n_drafts, drafted + turn.drafted, accepted + turn.accepted
+            for k, n in enumerate(turn.hist):
+                add_hist(hist, k, n)
+        for s in turn.steps or ():
+            steps.append(
+                StepRecord(
+                    request_id=req.request_id, step=len(steps), batch_index=batch_index, drafted=s.drafted,
+                    accepted=s.accepted, emitted=s.emitted, t_draft=s.t_draft, t_verify=s.t_verify,
+                    t_accept=s.t_accept, t_step=s.t_step, verify_tokens=s.verify_tokens,
+                    iteration=s.iteration, turn=turn_no,
+                )
+            )
+            if s.drafted > 0 and not pooled:
+                n_drafts, drafted, accepted = n_drafts + 1, drafted + s.drafted, accepted + s.accepted
+                add_hist(hist, s.accepted)
+    source = sources.pop() if len(sources) == 1 else ("none" if not sources else "+".join(sorted(sources)))
+    rec = record(
+        req, role, output, prompt_tokens=prompt_tokens, ttft=turns[0].ttft if turns else NAN,
+        tpot=decode_s / decode_tokens if decode_tokens > 0 else NAN, e2e=e2e, n_steps=len(steps),
+        n_drafts=n_drafts, drafted=drafted, accepted=accepted, accepted_hist=tuple(hist), al_source=source,
+    )
+    return rec, steps
+
+
+def record(req: Request, role: str, output: list[int], *, error: str | None = None, **fields) -> RequestRecord:
+    """The one constructor of ``RequestRecord``: a measured request, or a failed one (``error``)."""
+    if error is not None:
+        fields = dict(prompt_tokens=0, ttft=NAN, tpot=NAN, e2e=NAN, n_steps=0, n_drafts=0, drafted=0, accepted=0,
+                      al_source="none")
+    return RequestRecord(
+        request_id=req.request_id, category=req.category, context_bucket=req.context_bucket,
+        entropy_tier=req.entropy_tier, role=role, n_tokens=len(output), output_ids=tuple(output),
+        status=STATUS_FAILED if error is not None else STATUS_OK, error=error or "", **fields,
+    )
