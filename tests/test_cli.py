@@ -4,8 +4,6 @@ import os
 import subprocess
 import sys
 
-import pandas as pd
-import pytest
 
 from speedbench.cli import main
 from speedbench.results import ResultsStore

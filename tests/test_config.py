@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ValidationError
 
 from speedbench.cli import CONF_DIR
 from speedbench.config import RunConfig, register_configs, to_run_config

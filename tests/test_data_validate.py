@@ -56,7 +56,7 @@ def test_each_bad_record_is_named_by_file_line_field(tmp_path, bad, field, words
     assert issue.line == 2
     assert issue.field == field
     assert words in issue.message
-    assert f"bad.jsonl:2" in str(issue)
+    assert "bad.jsonl:2" in str(issue)
 
 
 def test_malformed_json_line(tmp_path):

@@ -172,7 +172,6 @@ def test_hf_measures_draft_and_verify_time_per_step(runs):
 
 
 def test_vllm_refuses_an_unsupported_method_before_running(vllm):
-    from speedbench.config import DrafterConfig
 
     with pytest.raises(ValueError, match=r"layer_skip.*installed vLLM \d"):
         vllm.check(make_drafter("layer_skip", 2), 1)

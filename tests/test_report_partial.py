@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from speedbench.report import build_report
-from speedbench.report import g2, g3, plots
+from speedbench.report import attention_start, attention_tiles, plots
 from speedbench.report.load import load
 from speedbench.report.modelling import resolve
 
@@ -120,7 +120,7 @@ def test_g2_g3_for_several_group_sizes(run_copy, tmp_path, heads, kv, d0, aligne
     data = load([run_copy])
     ctx = resolve(data, "h100")
     with plots.enabled(False):
-        s2, s3 = g2.build(data, ctx), g3.build(data, ctx, tmp_path / "out")
+        s2, s3 = attention_start.build(data, ctx), attention_tiles.build(data, ctx, tmp_path / "out")
     t2, t3 = s2.values["targets"]["tiny"], s3.values["targets"]["tiny"]
     assert t2["G"] == heads // kv and t2["D0"] == d0
     assert t3["aligned"] == aligned

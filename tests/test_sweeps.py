@@ -1,7 +1,6 @@
 """Sweeps in one process: models load once, failed cells are redone, the failure fraction
 applies to the whole sweep, fault options keep cell ids, the Slurm launcher config is valid."""
 import sys
-from pathlib import Path
 
 import pytest
 

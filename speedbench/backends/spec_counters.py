@@ -7,7 +7,6 @@ at least one proposed token.
 """
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field

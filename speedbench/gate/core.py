@@ -13,9 +13,7 @@ current run, or no common cells at all).
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 

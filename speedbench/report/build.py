@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..results.store import atomic_write_text, dumps
-from . import g1, g2, g3, g4, g5, render, summary
+from . import attention_start, attention_tiles, low_latency, mechanism, render, summary, verify_cost
 from . import plots as plot_helpers
 from .common import Figure, Section
 from .load import ReportData, load
@@ -22,8 +22,8 @@ class ReportFiles:
 
 
 def sections(data: ReportData, ctx: ModelContext, out: Path) -> list[Section]:
-    return [summary.build(data), g1.build(data, out), g2.build(data, ctx), g3.build(data, ctx, out),
-            g4.build(data, out), g5.build(data, out)]
+    return [summary.build(data), verify_cost.build(data, out), attention_start.build(data, ctx),
+            attention_tiles.build(data, ctx, out), low_latency.build(data, out), mechanism.build(data, out)]
 
 
 def build_report(paths, out_dir, hardware: str | None = None, title: str = "speedbench report",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import STATUS_OK
-from .store import ResultsStore, atomic_write_bytes, dumps
+from .store import ResultsStore, atomic_write_bytes
 
 PARTS = ("requests", "steps")
 EXIT_USAGE, EXIT_CONFLICT = 2, 3
