@@ -140,6 +140,26 @@ class SweepConfig:
 
 
 @dataclass
+class ProtocolConfig:
+    """How a cell is measured (``pipeline.protocol``); not part of a cell's identity.
+
+    Baseline and speculative passes alternate block by block (a block = one batch of B
+    requests; for servers, the whole cell) in ABBA order, repeated until the speedup's interval
+    half-width is within ``target_rel_half_width`` of it (after ``min_repeats``), or
+    ``max_repeats`` or the cell's ``budget_s`` is reached.
+    """
+
+    min_repeats: int = 3
+    max_repeats: int = 8
+    target_rel_half_width: float = 0.02  # 2%: the interval a cell must reach to be "stable"
+    budget_s: float = 8.0  # wall seconds per cell after which no new repeat starts
+    confidence: float = 0.95
+    n_resamples: int = 1000
+    min_cpu_util: float = 0.85  # below: the engine's threads were waiting for a CPU (contention)
+    max_load_per_cpu: float = 1.25  # 1-min load average per CPU above which a cell is flagged
+
+
+@dataclass
 class RunConfig:
     target: ModelConfig = MISSING
     drafter: DrafterConfig = MISSING  # one of the per-method schemas (``DRAFTER_SCHEMAS``)
@@ -149,6 +169,7 @@ class RunConfig:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     batch_size: int = 1
     max_new_tokens: int = 64
     ignore_eos: bool = False
@@ -229,5 +250,12 @@ def validate(run: RunConfig) -> None:
         raise ValueError(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
     if run.faults.delay_ms < 0:
         raise ValueError(f"faults.delay_ms must be >= 0, got {run.faults.delay_ms}")
+    pr = run.protocol
+    if not 1 <= pr.min_repeats <= pr.max_repeats:
+        raise ValueError(f"protocol.min_repeats ({pr.min_repeats}) must be >= 1 and <= protocol.max_repeats ({pr.max_repeats})")
+    if not 0 < pr.confidence < 1:
+        raise ValueError(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
+    if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
+        raise ValueError("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")

@@ -13,6 +13,19 @@ Timing conventions: seconds in records, milliseconds in the cell table; TTFT = s
 first token; TPOT = (t_last - t_first) / (n_tokens - 1) per request; tokens/s per user =
 1 / TPOT; speedup = median baseline TPOT / median speculative TPOT of matched runs.
 
+Speedup estimator (the cell table's ``speedup``; the gate and the report use the same):
+  every request is measured in several *repeats*; in each repeat its baseline and speculative
+  passes run back to back in alternating order (ABBA), so drift and bursts of load hit both.
+  The paired ratio of request i in repeat r is TPOT_base[i, r] / TPOT_spec[i, r];
+  s_i = median over repeats of the paired ratios (a burst that hit one pass is outvoted);
+  speedup = geometric mean over requests of s_i (each prompt weighs the same; ratios average
+  on the log scale). Its interval (``speedup_ci_low/high``) is a two-level percentile bootstrap:
+  resample requests, then repeats within each resampled request, so both request-to-request
+  and repeat-to-repeat variation are in it. ``speedup_cv``: the coefficient of variation of the
+  per-repeat estimates (geometric mean over requests of the repeat's paired ratios).
+  ``speedup_predicted`` is the same estimator over per-(request, repeat) predictions from the
+  same pairs' measured step times.
+
 Every consumer (the cell table, the gate's bootstrap, the report, W&B) calls these functions;
 none computes AL or speedup itself.
 """
@@ -191,7 +204,103 @@ def agreement(baseline: Iterable[RequestRecord], other: Iterable[RequestRecord])
     )
 
 
-def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int) -> dict:
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    point: float
+    low: float  # percentile bootstrap interval at ``confidence``
+    high: float
+    cv: float  # across repeats (std / mean of per-repeat estimates); NaN with one repeat
+    n_requests: int
+    n_repeats: int
+    samples: np.ndarray  # bootstrap estimates (for pooling across cells); empty when not bootstrapped
+
+    @property
+    def rel_half_width(self) -> float:
+        return (self.high - self.low) / 2 / self.point if self.point > 0 else NAN
+
+
+def _geomean(x: np.ndarray, axis: int = -1):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.exp(np.mean(np.log(x), axis=axis))
+
+
+def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: int = 1000,
+                   rng: np.random.Generator | None = None) -> SpeedupEstimate:
+    """The speedup estimator (see the module docstring) from paired ratios [request, repeat].
+
+    NaN entries (a request with one token, a failed pass) are left out; a request with no
+    finite ratio is dropped.
+    """
+    r = np.asarray(ratios, dtype=float)
+    if r.ndim == 1:
+        r = r[:, None]
+    r = np.where(np.isfinite(r) & (r > 0), r, np.nan)
+    r = r[~np.all(np.isnan(r), axis=1)] if r.size else r
+    n = r.shape[0] if r.ndim == 2 else 0
+    m = r.shape[1] if n else 0
+    if n == 0:
+        return SpeedupEstimate(NAN, NAN, NAN, NAN, 0, 0, np.empty(0))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        point = float(_geomean(np.nanmedian(r, axis=1)))
+        per_repeat = _geomean(r, axis=0) if m > 1 else np.array([point])
+        per_repeat = per_repeat[np.isfinite(per_repeat)]
+        cv = float(np.std(per_repeat, ddof=1) / np.mean(per_repeat)) if per_repeat.size > 1 else NAN
+        rng = rng if rng is not None else np.random.default_rng(0)
+        rows = rng.integers(0, n, size=(n_resamples, n))
+        cols = rng.integers(0, m, size=(n_resamples, n, m))
+        boot = r[rows[:, :, None], cols]  # [resample, request, repeat]
+        est = _geomean(np.nanmedian(boot, axis=2), axis=1)
+    est = est[np.isfinite(est)]
+    tail = (1.0 - confidence) / 2
+    low, high = (np.quantile(est, [tail, 1.0 - tail]) if est.size else (point, point))
+    return SpeedupEstimate(point, float(low), float(high), cv, n, m, est)
+
+
+def _by_request_repeat(records, value) -> dict:
+    return {(r.request_id, r.repeat): value(r) for r in records if r.status == STATUS_OK}
+
+
+def tpot_ratios(base: Sequence[RequestRecord], spec: Sequence[RequestRecord]) -> np.ndarray:
+    """Paired TPOT ratios [request, repeat] of requests measured in both runs (NaN where one is missing)."""
+    b, s = _by_request_repeat(base, lambda r: r.tpot), _by_request_repeat(spec, lambda r: r.tpot)
+    return _matrix({k: b[k] / s[k] if s[k] > 0 else NAN for k in b.keys() & s.keys()})
+
+
+def _matrix(values: dict) -> np.ndarray:
+    ids = sorted({i for i, _ in values})
+    reps = sorted({r for _, r in values})
+    out = np.full((len(ids), len(reps)), np.nan)
+    for (i, rep), v in values.items():
+        out[ids.index(i), reps.index(rep)] = v
+    return out
+
+
+def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[StepRecord]) -> np.ndarray:
+    """Per (request, repeat): T_verif(B) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D)) from that pair's steps."""
+    def group(steps):
+        out: dict = {}
+        for s in steps:
+            out.setdefault((s.request_id, s.repeat), []).append(s)
+        return out
+
+    gb, gs = group(base_steps), group(spec_steps)
+    values = {}
+    for key in gb.keys() & gs.keys():
+        vb = [s.t_verify for s in gb[key] if not math.isnan(s.t_verify)]
+        vs = [s.t_verify for s in gs[key] if not math.isnan(s.t_verify)]
+        ds = [s.t_draft for s in gs[key] if not math.isnan(s.t_draft)]
+        if not vb or not vs:
+            continue
+        values[key] = predicted_speedup(float(np.mean(vb)), float(np.mean(vs)), float(np.mean(ds)) if ds else 0.0,
+                                        tokens_per_step(gs[key]))
+    return _matrix(values) if values else np.empty((0, 0))
+
+
+def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: float = 0.95,
+                 n_resamples: int = 1000) -> dict:
     """Every metric column of a cell from a matched baseline and speculative pass (``GenerateOutput``s)."""
     ok_b = [r for r in base.requests if r.status == STATUS_OK]
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
@@ -201,8 +310,10 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int) -> dict:
     ver = stats_ms([s.t_verify for s in it_s])
     ver_b = stats_ms([s.t_verify for s in it_b])
     tps = tokens_per_step(spec.steps)
-    agree = agreement(ok_b, ok_s)
+    first_b = [r for r in ok_b if r.repeat == min((x.repeat for x in ok_b), default=0)]
+    agree = agreement(first_b, ok_s)  # every repeat of the speculative run against the baseline's tokens
     tok_b, tok_s = sum(r.n_tokens for r in ok_b), sum(r.n_tokens for r in ok_s)
+    est = paired_speedup(tpot_ratios(ok_b, ok_s), confidence, n_resamples)
 
     def rate(tokens: int, wall: float, gpus: int = 1) -> float:
         return tokens / wall / gpus if wall > 0 else NAN
@@ -232,9 +343,13 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int) -> dict:
         tokens_per_s_spec=rate(tok_s, spec.wall_s),
         tokens_per_s_per_gpu_baseline=rate(tok_b, base.wall_s, n_gpus),
         tokens_per_s_per_gpu_spec=rate(tok_s, spec.wall_s, n_gpus),
-        speedup=speedup_from_tpots([r.tpot for r in ok_b], [r.tpot for r in ok_s]),
+        speedup=est.point,
+        speedup_ci_low=est.low,
+        speedup_ci_high=est.high,
+        speedup_cv=est.cv,
+        n_repeats=est.n_repeats,
         # AL drives the prediction only where every step drafts; tokens/step is the general form
-        speedup_predicted=predicted_speedup(ver_b[0], ver[0], draft[0] if not math.isnan(draft[0]) else 0.0, tps),
+        speedup_predicted=paired_speedup(predicted_ratios(base.steps, spec.steps), confidence, 0).point,
         greedy_match_rate=agree.match_rate if greedy else NAN,
         token_match_rate=agree.token_match_rate if greedy else NAN,
         first_divergence=agree.first_divergence if greedy else -1,

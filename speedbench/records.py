@@ -61,6 +61,7 @@ class StepRecord:
     verify_tokens: int  # tokens in flight in the verification forward (= B*(1+D) when drafting)
     iteration: int = -1  # id of the target forward within the pass; the rows of one batch share it
     turn: int = 0  # the user turn (0-based) this step belongs to
+    repeat: int = 0  # the measurement repeat (pipeline.protocol) the step belongs to
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RequestRecord:
     al_source: str = "steps"  # where acceptance came from: steps | counters | chunks | none
     status: str = STATUS_OK
     error: str = ""
+    repeat: int = 0  # the measurement repeat (pipeline.protocol); baseline and spec of one repeat are paired
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,18 @@ class CellResult:
     status: str
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # the measurement protocol (pipeline.protocol; estimator in metrics.paired_speedup)
+    speedup_ci_low: float = float("nan")  # 95% two-level bootstrap interval (requests, then repeats)
+    speedup_ci_high: float = float("nan")
+    speedup_cv: float = float("nan")  # across repeats
+    n_repeats: int = 0
+    stable: bool = False  # interval half-width within the target and no contention seen
+    unstable_reason: str = ""
+    # noise accounting over the cell's measured passes
+    cpu_util: float = float("nan")  # process CPU time / (wall time x threads), in-process engines only
+    load_avg: float = float("nan")  # 1-minute load average, max over the cell
+    steal_frac: float = float("nan")  # CPU steal time / total CPU time over the cell
+    threads: int = 0  # compute threads of an in-process engine (0: not known)
 
 
 def to_row(record: Any) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class GenerateSpec:
     role: str  # "baseline" | "spec" | "warmup"
     progress: Optional[Callable[[int], None]] = None  # called with the number of requests just finished
     faults: FaultConfig = field(default_factory=FaultConfig)  # test-only fault injection; never in a cell id
+    repeat: int = 0  # the measurement repeat this pass belongs to (records carry it)
+    extras: bool = True  # False: skip per-pass side measurements (e.g. vLLM's profiled split) for this pass
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class Backend(ABC):
 
     name: ClassVar[str] = "base"
     asynchronous: ClassVar[bool] = False  # True: requests run one by one, B at a time (servers)
+    in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     tokenizer: Any = None
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:
@@ -168,6 +171,28 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027
         pass
+
+
+def default_cpu_threads() -> int:
+    """Compute threads for an in-process engine on the CPU when ``backend.num_threads`` is unset.
+
+    On a small machine (<= 4 CPUs) one thread, so that the harness, the OS and a neighbour
+    never preempt the engine mid-forward (torch's default of one thread per core makes every
+    forward wait for the slowest core); larger machines keep torch's default.
+    """
+    import torch
+
+    return 1 if cpu_count() <= 4 else torch.get_num_threads()
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's total)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 BACKENDS: Registry[type[Backend]] = Registry("backend")

@@ -31,7 +31,7 @@ import torch
 
 from .. import models
 from ..engine.clock import Clock
-from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
+from .base import NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 
 METHODS = ("none", "draft_model", "ngram")
 
@@ -94,14 +94,15 @@ class CandidateRecorder:
 
 
 class HFBackend(Backend):
+    in_process = True
     name = "hf"
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed
-        if engine.num_threads:
-            torch.set_num_threads(engine.num_threads)
         self.device = models.pick_device(engine.device)
+        if engine.num_threads or self.device == "cpu":
+            torch.set_num_threads(engine.num_threads or default_cpu_threads())
         self.clock = Clock(self.device)
         t = target
         self.model = models.load_model(t.path, t.dtype, self.device, t.revision, t.trust_remote_code)

@@ -18,7 +18,7 @@ from ..engine.clock import Clock
 from ..engine.decode import generate
 from ..engine.drafting import DraftContext
 from ..engine.sampling import SamplingParams
-from .base import Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
+from .base import default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 
 # the fields of each drafter schema the reference engine's drafters take (besides D)
 DRAFTER_FIELDS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": ("model",),
@@ -26,15 +26,16 @@ DRAFTER_FIELDS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_mo
 
 
 class TorchBackend(Backend):
+    in_process = True
     name = "torch"
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed
         self.build_lm = LMBuilder(engine.impl)
-        if engine.num_threads:
-            torch.set_num_threads(engine.num_threads)
         self.device = models.pick_device(engine.device)
+        if engine.num_threads or self.device == "cpu":
+            torch.set_num_threads(engine.num_threads or default_cpu_threads())
         self.clock = Clock(self.device)
         self.model = self._load(target.path)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)

@@ -237,7 +237,7 @@ class _VllmSession(Session):
         b, spec = self.backend, self.spec
         extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
         requests = [r for r in records if r.status == "ok"]
-        if b.profile and spec.role != "warmup" and requests and self.first_prompts:
+        if b.profile and spec.extras and spec.role != "warmup" and requests and self.first_prompts:
             b._profile(self.llm, self.key, self.first_prompts, self.params, spec, extra)
         if self.speculative:
             extra["speculative_config"] = speculative_config(spec.drafter)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 from .. import metrics
 from ..backends.base import GenerateOutput
-from ..config import RunConfig
+from ..config import ProtocolConfig, RunConfig
 from ..records import STATUS_FAILED, STATUS_OK, CellResult
 
 NAN = math.nan
@@ -78,12 +78,15 @@ def _key_fields(key: CellKey) -> dict:
 
 
 def summarize(
-    key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int
+    key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int,
+    protocol: ProtocolConfig | None = None,
 ) -> CellResult:
-    """The cell row from a matched baseline and speculative run on the same requests."""
+    """The cell row from matched baseline and speculative passes on the same requests (every repeat)."""
+    protocol = protocol or ProtocolConfig()
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
-    values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus)
+    values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus,
+                                  protocol.confidence, protocol.n_resamples)
     tps = values.pop("tokens_per_step")
     return CellResult(
         **_key_fields(key),
@@ -105,6 +108,8 @@ def failed_cell(key: CellKey, error: str, device: str, n_gpus: int) -> CellResul
     values = {}
     for f in fields(CellResult):
         if f.name in _key_fields(key) or f.name in ("status", "error", "extra", "device", "n_gpus"):
+            continue
+        if f.default is not MISSING:  # protocol and noise columns: their own defaults (NaN, 0, False)
             continue
         values[f.name] = () if f.name.startswith("accepted_") else (-1 if f.name == "first_divergence" else NAN)
     values["n_requests"] = 0

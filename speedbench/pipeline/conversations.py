@@ -43,9 +43,9 @@ def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> G
     steps: list[StepRecord] = []
     for req, batch_index, turns, error in results:
         if error is not None:
-            records.append(record(req, spec.role, [], error=error))
+            records.append(record(req, spec.role, [], error=error, repeat=spec.repeat))
             continue
-        rec, rows = fold_turns(req, spec.role, turns, batch_index)
+        rec, rows = fold_turns(req, spec.role, turns, batch_index, spec.repeat)
         records.append(rec)
         steps += rows
     extra = session.finish(records, steps)
@@ -137,7 +137,8 @@ def add_hist(hist: list[int], k: int, n: int = 1) -> None:
     hist[k] += n
 
 
-def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: int = 0) -> tuple[RequestRecord, list[StepRecord]]:
+def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: int = 0,
+               repeat: int = 0) -> tuple[RequestRecord, list[StepRecord]]:
     """One request's turns as its request record and step rows."""
     output: list[int] = []
     steps: list[StepRecord] = []
@@ -163,7 +164,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
                     request_id=req.request_id, step=len(steps), batch_index=batch_index, drafted=s.drafted,
                     accepted=s.accepted, emitted=s.emitted, t_draft=s.t_draft, t_verify=s.t_verify,
                     t_accept=s.t_accept, t_step=s.t_step, verify_tokens=s.verify_tokens,
-                    iteration=s.iteration, turn=turn_no,
+                    iteration=s.iteration, turn=turn_no, repeat=repeat,
                 )
             )
             if s.drafted > 0 and not pooled:
@@ -174,15 +175,18 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
         req, role, output, prompt_tokens=prompt_tokens, ttft=turns[0].ttft if turns else NAN,
         tpot=decode_s / decode_tokens if decode_tokens > 0 else NAN, e2e=e2e, n_steps=len(steps),
         n_drafts=n_drafts, drafted=drafted, accepted=accepted, accepted_hist=tuple(hist), al_source=source,
+        repeat=repeat,
     )
     return rec, steps
 
 
-def record(req: Request, role: str, output: list[int], *, error: str | None = None, **fields) -> RequestRecord:
+def record(req: Request, role: str, output: list[int], *, error: str | None = None, repeat: int = 0,
+           **fields) -> RequestRecord:
     """The one constructor of ``RequestRecord``: a measured request, or a failed one (``error``)."""
     if error is not None:
         fields = dict(prompt_tokens=0, ttft=NAN, tpot=NAN, e2e=NAN, n_steps=0, n_drafts=0, drafted=0, accepted=0,
                       al_source="none")
+    fields["repeat"] = repeat
     return RequestRecord(
         request_id=req.request_id, category=req.category, context_bucket=req.context_bucket,
         entropy_tier=req.entropy_tier, role=role, n_tokens=len(output), output_ids=tuple(output),

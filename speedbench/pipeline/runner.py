@@ -8,6 +8,7 @@ error and the sweep goes on; cells already finished in the results folder are sk
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict
 from dataclasses import replace
@@ -16,7 +17,7 @@ from pathlib import Path
 from ..backends.base import BACKENDS, Backend, GenerateSpec
 from ..config import DrafterConfig, RunConfig
 from ..results import provenance
-from . import conversations
+from . import conversations, protocol
 from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
 from ..data import DatasetSpec, load_requests
 from ..loggers import build_logger
@@ -118,14 +119,22 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
 
     cells = []
     bars = _Progress(todo, progress, run)
+    threads = int(info.get("torch_threads", 0)) if backend.in_process else 0
     for key, reqs in bars.cells:
         try:
-            base = conversations.generate(backend, reqs, generate_spec(run, BASELINE, "baseline", bars.requests_done))
-            spec = conversations.generate(backend, reqs, generate_spec(run, run.drafter, "spec", bars.requests_done))
-            cell = _with_config(summarize(key, base, spec, warmup_s, device, n_gpus), run)
-            steps = [to_row(s) | {"role": "baseline"} for s in base.steps]
-            steps += [to_row(s) | {"role": "spec"} for s in spec.steps]
-            store.write_cell(cell, base.requests + spec.requests, steps)
+            specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
+                     "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
+            m = protocol.measure(backend, reqs, specs, run.protocol, threads)
+            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol), run)
+            half = (cell.speedup_ci_high - cell.speedup_ci_low) / 2 / cell.speedup if cell.speedup > 0 else math.nan
+            reason = m.instability(half, run.protocol)
+            cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
+                           load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
+                           extra={**cell.extra, "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s,
+                                                             "blocks": len(protocol.blocks(reqs, run.batch_size, backend.asynchronous))}})
+            steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
+            steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
+            store.write_cell(cell, m.base.requests + m.spec.requests, steps)
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
             cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run)
@@ -151,8 +160,8 @@ class _Progress:
 
         desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
         self.cells = tqdm(todo, desc=desc, unit="cell", disable=not enabled, position=0)
-        total = 2 * sum(len(reqs) for _, reqs in todo)
-        self._requests = tqdm(total=total, desc="requests", unit="req", disable=not enabled, position=1, leave=False)
+        # each cell runs its requests twice (baseline, speculative) per repeat; the repeats are not known ahead
+        self._requests = tqdm(desc="requests", unit="req", disable=not enabled, position=1, leave=False)
 
     def requests_done(self, n: int) -> None:
         self._requests.update(n)

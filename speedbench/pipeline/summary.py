@@ -19,7 +19,11 @@ COLUMNS = [
     ("tpot_ms_baseline", "TPOT base"),
     ("tpot_ms_spec", "TPOT spec"),
     ("speedup", "speedup"),
+    ("speedup_interval", "95% CI"),
+    ("speedup_cv", "cv"),
+    ("n_repeats", "reps"),
     ("speedup_predicted", "predicted"),
+    ("stable", "stable"),
     ("greedy_match_rate", "match"),
     ("status", "status"),
 ]
@@ -30,9 +34,16 @@ def format_table(cells: pd.DataFrame) -> str:
         return "(no cells)"
     order = [c for c in ("drafter", "category", "num_speculative_tokens", "batch_size") if c in cells.columns]
     cells = cells.sort_values(order, kind="stable") if order else cells
+    if {"speedup_ci_low", "speedup_ci_high"} <= set(cells.columns):
+        cells = cells.assign(speedup_interval=[
+            "-" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.3g}, {hi:.3g}]"
+            for lo, hi in zip(cells["speedup_ci_low"], cells["speedup_ci_high"])
+        ])
     frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
 
     def fmt(v):
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
         if isinstance(v, float):
             return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
         return v

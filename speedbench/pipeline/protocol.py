@@ -1,0 +1,100 @@
+"""The measurement protocol: paired, interleaved, repeated passes of one cell.
+
+A cell's requests are cut into blocks (one static batch of B requests; for an asynchronous
+server backend the whole cell, since its B requests are in flight together). In repeat r,
+each block runs its baseline pass (A) and its speculative pass (B) back to back, in the order
+AB or BA alternating from block to block and flipping from repeat to repeat (ABBA): slow
+drift and bursts of load land on both sides of a pair. Repeats go on until the speedup's
+interval (``metrics.paired_speedup``) is within ``protocol.target_rel_half_width`` of it,
+after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has used
+``budget_s`` seconds. Every pass of every repeat is kept in the results (``repeat`` column).
+
+A cell is ``stable`` when its interval reached the target and no contention was seen
+(``pipeline.noise``); otherwise ``unstable_reason`` says why. The report draws verdicts from
+stable cells only.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .. import metrics
+from ..backends.base import Backend, GenerateOutput, GenerateSpec
+from ..config import ProtocolConfig
+from ..records import Request
+from . import conversations
+from .noise import NoiseMeter
+
+
+@dataclass
+class Measured:
+    base: GenerateOutput
+    spec: GenerateOutput
+    n_repeats: int
+    stopped_by: str  # "target" | "max_repeats" | "budget_s"
+    contention: str  # why the machine was not quiet ('' when it was)
+    noise: NoiseMeter
+    elapsed_s: float
+
+    def instability(self, rel_half_width: float, cfg: ProtocolConfig) -> str:
+        """Why a cell with this interval is not stable ('' when it is)."""
+        reasons = []
+        if not math.isfinite(rel_half_width):
+            reasons.append("no finite speedup interval (too few requests with two or more tokens)")
+        elif rel_half_width > cfg.target_rel_half_width:
+            reasons.append(f"interval +-{rel_half_width:.1%} wider than the target +-{cfg.target_rel_half_width:.0%} "
+                           f"after {self.n_repeats} repeats ({self.stopped_by} reached)")
+        if self.contention:
+            reasons.append(f"contention: {self.contention}")
+        return "; ".join(reasons)
+
+
+def blocks(requests: list[Request], batch_size: int, asynchronous: bool) -> list[list[Request]]:
+    if asynchronous:
+        return [list(requests)]
+    return [requests[i : i + batch_size] for i in range(0, len(requests), batch_size)]
+
+
+def order(block: int, repeat: int) -> tuple[str, str]:
+    """ABBA: baseline first on even (block + repeat), speculative first on odd."""
+    return ("baseline", "spec") if (block + repeat) % 2 == 0 else ("spec", "baseline")
+
+
+def _merge(outs: list[GenerateOutput]) -> GenerateOutput:
+    extra: dict = {}
+    for o in outs:
+        extra.update(o.extra)
+    return GenerateOutput([r for o in outs for r in o.requests], [s for o in outs for s in o.steps],
+                          sum(o.wall_s for o in outs), extra)
+
+
+def measure(backend: Backend, requests: list[Request], specs: dict[str, GenerateSpec], cfg: ProtocolConfig,
+            threads: int = 0) -> Measured:
+    """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
+    noise = NoiseMeter(threads=threads)
+    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous)
+    outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
+    t0 = time.perf_counter()
+    repeat = 0
+    while True:
+        for b, block in enumerate(parts):
+            for role in order(b, repeat):
+                spec = replace(specs[role], repeat=repeat, extras=repeat == 0 and b == 0)
+                outs[role].append(noise.measure(lambda: conversations.generate(backend, block, spec)))
+        repeat += 1
+        if repeat < cfg.min_repeats:
+            continue
+        base, spec_out = _merge(outs["baseline"]), _merge(outs["spec"])
+        ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
+        est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat))
+        precise = math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width
+        if precise or repeat >= cfg.max_repeats or time.perf_counter() - t0 >= cfg.budget_s:
+            break
+    elapsed = time.perf_counter() - t0
+    stopped = "target" if repeat < cfg.max_repeats and elapsed < cfg.budget_s else (
+        "max_repeats" if repeat >= cfg.max_repeats else "budget_s")
+    return Measured(_merge(outs["baseline"]), _merge(outs["spec"]), repeat, stopped,
+                    noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu), noise, elapsed)
