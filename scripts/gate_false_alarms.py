@@ -8,6 +8,12 @@ check and the spread of the ratios, to size a tolerance from the measured noise:
 
     python scripts/gate_false_alarms.py --repeats 5 --config ci
     python scripts/gate_false_alarms.py --reuse /tmp/noise --config default   # runs already there
+
+With ``--slowdown 0.10 --slowed 10`` it also measures detection: 10 runs whose drafter is
+slowed (``faults.delay_ms``) by enough to cost 10% of the speedup, each gated against every
+identical run; a slowed pair that passes is a missed regression. The delay is sized from the
+first identical run's own step time: speedup' = (1 - f) speedup needs each speculative step
+to take T_step * f / (1 - f) longer.
 """
 from __future__ import annotations
 
@@ -26,16 +32,33 @@ sys.path.insert(0, str(REPO))
 from speedbench.gate.core import BAD, load_config, run_gate  # noqa: E402
 
 
-def run_benchmarks(out: Path, repeats: int, extra: list[str]) -> list[Path]:
+def run_benchmarks(out: Path, repeats: int, extra: list[str], prefix: str = "repeat") -> list[Path]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     runs = []
     for i in range(repeats):
         cmd = [sys.executable, "-m", "speedbench.cli", "run", "+experiment=ci_gate", f"results_dir={out}",
-               f"run_id=repeat-{i}", "hydra/job_logging=disabled", *extra]
+               f"run_id={prefix}-{i}", "hydra/job_logging=disabled", *extra]
         subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
-        runs.append(out / f"repeat-{i}")
-        print(f"run {i + 1}/{repeats} done", file=sys.stderr)
+        runs.append(out / f"{prefix}-{i}")
+        print(f"{prefix} run {i + 1}/{repeats} done", file=sys.stderr)
     return runs
+
+
+def delay_for(run: Path, frac: float) -> float:
+    """faults.delay_ms that costs ``frac`` of the speedup, from the run's own speculative step time."""
+    from speedbench.results import ResultsStore
+
+    cells = ResultsStore(run).cells()
+    return float(cells["t_step_ms_spec"].mean()) * frac / (1.0 - frac)
+
+
+def gate_pairs(pairs, cfg) -> tuple[int, list]:
+    failed, reports = 0, []
+    for base, cur in pairs:
+        report = run_gate(base, cur, cfg)
+        failed += report.exit_code != 0
+        reports.append(report)
+    return failed, reports
 
 
 def main() -> int:
@@ -43,12 +66,26 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--config", default="ci", help="gate config (path or name in conf/gate/)")
     parser.add_argument("--reuse", type=Path, default=None, help="gate the results folders already in this folder")
+    parser.add_argument("--slowdown", type=float, action="append", default=[],
+                        help="speedup loss to inject (e.g. 0.10); repeatable")
+    parser.add_argument("--slowed", type=int, default=5, help="slowed runs per --slowdown")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the benchmark runs")
     args = parser.parse_args()
     if args.reuse:
-        runs = sorted(p for p in args.reuse.iterdir() if (p / "cells").is_dir())
+        out = args.reuse
+        runs = sorted(p for p in args.reuse.iterdir() if (p / "cells").is_dir() and p.name.startswith("repeat-"))
     else:
-        runs = run_benchmarks(Path(tempfile.mkdtemp(prefix="gate-noise-")), args.repeats, args.overrides)
+        out = Path(tempfile.mkdtemp(prefix="gate-noise-"))
+        runs = run_benchmarks(out, args.repeats, args.overrides)
+    slowed = {}
+    for frac in args.slowdown:
+        name = f"slowed{int(round(frac * 100))}"
+        have = sorted(p for p in out.iterdir() if p.name.startswith(name + "-") and (p / "cells").is_dir())
+        if not have:
+            delay = delay_for(runs[0], frac)
+            print(f"slowdown {frac:.0%}: faults.delay_ms={delay:.3f}", file=sys.stderr)
+            have = run_benchmarks(out, args.slowed, [*args.overrides, f"faults.delay_ms={delay:.4f}"], name)
+        slowed[frac] = have
     cfg = load_config(args.config)
     pairs = list(itertools.permutations(runs, 2))
     failed_pairs, failed_checks, ratios = 0, Counter(), {}
@@ -70,6 +107,14 @@ def main() -> int:
         hi_min = min(h for _, _, h in vals)
         print(f"  {metric:8s} {'pooled' if pooled else 'per cell':8s} ratio range [{lo:.3f}, {max(r for r, _, _ in vals):.3f}], "
               f"smallest CI upper bound {hi_min:.3f}")
+    for frac, slow_runs in slowed.items():
+        pairs = [(b, c) for b in runs for c in slow_runs]
+        caught, reports = gate_pairs(pairs, cfg)
+        pooled = [c.ratio for r in reports for c in r.checks if c.metric == "speedup" and c.cell_id == "ALL"]
+        highs = [c.high for r in reports for c in r.checks if c.metric == "speedup" and c.cell_id == "ALL"]
+        print(f"slowdown {frac:.0%}: detected {caught}/{len(pairs)} pairs ({caught / len(pairs):.1%}); pooled speedup "
+              f"ratio range [{min(pooled, default=float('nan')):.3f}, {max(pooled, default=float('nan')):.3f}], "
+              f"largest CI upper bound {max(highs, default=float('nan')):.3f}")
     return 0
 
 

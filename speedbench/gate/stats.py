@@ -6,16 +6,23 @@ of requests, so the point estimate on all requests equals the cell table's value
 
 * AL      = 1 + sum(accepted) / sum(drafts) over the speculative run's requests
             (per request: 1 + accepted / n_drafts; pooled so long requests weigh more);
-* speedup = median(baseline TPOT) / median(speculative TPOT) over the requests.
+* speedup = the cell table's estimator (``metrics.paired_speedup``): geometric mean over
+            requests of the median over repeats of the paired TPOT ratio.
 
 The bootstrap resamples request ids with replacement and evaluates both runs on the same
 resampled ids (requests are matched by id across the two runs: the same prompts), so
 differences between prompts cancel and only the change between the runs remains: for
 deterministic greedy AL two identical runs give a ratio of exactly 1 in every resample.
+Within each run and resampled request the repeats are resampled too (independently: the two
+runs' repeats are not paired), so the interval carries repeat-to-repeat variation. What no
+single run can see, the shift between two invocations, is the gate config's tolerance: the
+noise threshold below which a change is "no change", sized from identical reruns
+(scripts/gate_false_alarms.py).
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,42 +34,55 @@ from ..records import STATUS_OK
 
 @dataclass(frozen=True)
 class RequestArrays:
-    """Per-request columns of one cell in one run, aligned on ``request_ids``."""
+    """Per-request columns of one cell in one run, aligned on ``request_ids``; ratios per repeat."""
 
     request_ids: tuple[str, ...]
     accepted: np.ndarray
     drafts: np.ndarray
-    tpot_baseline: np.ndarray
-    tpot_spec: np.ndarray
+    ratios: np.ndarray  # [request, repeat]: paired TPOT baseline / speculative (NaN where missing)
 
     @staticmethod
     def from_frame(frame: pd.DataFrame) -> "RequestArrays":
         ok = frame[frame["status"] == STATUS_OK]
-        spec = ok[ok["role"] == "spec"].drop_duplicates("request_id").set_index("request_id")
-        base = ok[ok["role"] == "baseline"].drop_duplicates("request_id").set_index("request_id")
-        ids = sorted(set(spec.index) & set(base.index))
-        return RequestArrays(
-            tuple(ids),
-            spec.loc[ids, "accepted"].to_numpy(float),
-            spec.loc[ids, "n_drafts"].to_numpy(float),
-            base.loc[ids, "tpot"].to_numpy(float),
-            spec.loc[ids, "tpot"].to_numpy(float),
-        )
+        if "repeat" not in ok.columns:  # results written before repeats existed: one repeat
+            ok = ok.assign(repeat=0)
+        spec, base = ok[ok["role"] == "spec"], ok[ok["role"] == "baseline"]
+        ids = sorted(set(spec["request_id"]) & set(base["request_id"]))
+        acc = spec.groupby("request_id")[["accepted", "n_drafts"]].sum()
+        tb = base.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
+        ts = spec.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
+        reps = sorted(set(tb.columns) & set(ts.columns))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratios = tb.loc[ids, reps].to_numpy(float) / ts.loc[ids, reps].to_numpy(float)
+        return RequestArrays(tuple(ids), acc.loc[ids, "accepted"].to_numpy(float),
+                             acc.loc[ids, "n_drafts"].to_numpy(float), ratios.reshape(len(ids), len(reps)))
 
     def take(self, ids: list[str]) -> "RequestArrays":
         pos = {r: i for i, r in enumerate(self.request_ids)}
         idx = np.array([pos[r] for r in ids], dtype=int)
-        return RequestArrays(tuple(ids), self.accepted[idx], self.drafts[idx], self.tpot_baseline[idx], self.tpot_spec[idx])
+        return RequestArrays(tuple(ids), self.accepted[idx], self.drafts[idx], self.ratios[idx])
 
 
-def al(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
+def al(r: RequestArrays, idx: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
     """AL for each row of resampled request indices ``idx`` (shape [resamples, n])."""
     return metrics.al_from_counts(r.accepted[idx].sum(-1), r.drafts[idx].sum(-1))
 
 
-def speedup(r: RequestArrays, idx: np.ndarray) -> np.ndarray:
-    """The cell table's speedup for each row of resampled request indices."""
-    return np.asarray(metrics.speedup_from_tpots(r.tpot_baseline[idx], r.tpot_spec[idx]))
+def speedup(r: RequestArrays, idx: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    """The cell table's speedup for each row of resampled request indices; with ``rng`` the
+    repeats of each resampled request are resampled as well."""
+    m = r.ratios.shape[1]
+    if rng is None or m <= 1:
+        cols = np.broadcast_to(np.arange(m), (*idx.shape, m))
+    else:
+        cols = rng.integers(0, m, size=(*idx.shape, m))
+    vals = r.ratios[idx[..., None], cols]  # [resample, request, repeat]
+    vals = np.where(np.isfinite(vals) & (vals > 0), vals, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
+        per_request = np.nanmedian(vals, axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.exp(np.nanmean(np.log(per_request), axis=-1))
 
 
 METRICS = {"al": al, "speedup": speedup}
@@ -94,7 +114,7 @@ def compare(
     ratio = point_c / point_b if point_b > 0 else math.nan
     idx = rng.integers(0, n, size=(n_resamples, n))
     with np.errstate(invalid="ignore", divide="ignore"):
-        samples = fn(c, idx) / fn(b, idx)
+        samples = fn(c, idx, rng) / fn(b, idx, rng)
     finite = samples[np.isfinite(samples)]
     if finite.size == 0:
         return RatioEstimate(point_b, point_c, ratio, ratio, ratio, n, np.empty(0))
