@@ -259,6 +259,33 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
     return SpeedupEstimate(point, float(low), float(high), cv, n, m, est)
 
 
+def geomean_interval(points, lows, highs, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of per-cell speedups and its interval (the headline over categories).
+
+    Each cell's percentile interval is read as a normal interval on the log scale
+    (se = log(high / low) / (2 z)); cells are independent measurements, so the log-mean's
+    standard error is sqrt(sum se^2) / n. Cells without a finite interval are left out.
+    """
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    rows = [(p, lo, hi) for p, lo, hi in zip(points, lows, highs)
+            if all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (p, lo, hi))]
+    if not rows:
+        return NAN, NAN, NAN
+    logs = np.log([p for p, _, _ in rows])
+    se = np.array([math.log(hi / lo) / (2 * z) for _, lo, hi in rows])
+    mean, err = float(logs.mean()), float(np.sqrt((se ** 2).sum()) / len(rows))
+    return math.exp(mean), math.exp(mean - z * err), math.exp(mean + z * err)
+
+
+def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """True when two intervals share a point (a tie); False when either is missing."""
+    if not all(math.isfinite(x) for x in (*a, *b)):
+        return False
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
 def _by_request_repeat(records, value) -> dict:
     return {(r.request_id, r.repeat): value(r) for r in records if r.status == STATUS_OK}
 

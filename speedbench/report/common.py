@@ -19,6 +19,8 @@ from typing import Any, Union
 
 import pandas as pd
 
+from .. import metrics
+
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
 SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device")
 MECH, D, B = "drafter", "num_speculative_tokens", "batch_size"
@@ -73,6 +75,33 @@ def setup_cols(cells: pd.DataFrame) -> list[str]:
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
     return ok[(ok[D] > 0) & (ok["method"] != "none")] if not ok.empty else ok
+
+
+def stable_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(stable, unstable) cells. Results from before the measurement protocol (no ``stable``
+    column) count as stable: nothing says otherwise."""
+    if cells.empty or "stable" not in cells:
+        return cells, cells.iloc[0:0]
+    mask = cells["stable"].fillna(False).astype(bool)
+    return cells[mask], cells[~mask]
+
+
+def config_speedups(spec: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: the geometric mean of its cells' speedups and its interval, and how many are stable."""
+    keys = setup_cols(spec) + [MECH, "method", D, B]
+    rows = []
+    for key, grp in spec.groupby(keys, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        lo = grp["speedup_ci_low"] if "speedup_ci_low" in grp else grp["speedup"] * math.nan
+        hi = grp["speedup_ci_high"] if "speedup_ci_high" in grp else grp["speedup"] * math.nan
+        point, low, high = metrics.geomean_interval(list(grp["speedup"]), list(lo), list(hi))
+        if not finite(point):  # no intervals (older results): the plain geometric mean
+            vals = [v for v in grp["speedup"] if finite(v) and v > 0]
+            point = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+        stable = int(grp["stable"].fillna(False).astype(bool).sum()) if "stable" in grp else len(grp)
+        rows.append({**dict(zip(keys, key)), "speedup": point, "speedup_low": low, "speedup_high": high,
+                     "stable": f"{stable}/{len(grp)}"})
+    return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "stable"])
 
 
 def per_config(ok: pd.DataFrame, cols: list[str], extra_keys: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import B, D, DERIVED, MEASURED, MECH, Section, finite, per_config, setup_cols, spec_cells
+from .common import B, D, DERIVED, MEASURED, MECH, Section, finite, per_config, setup_cols, spec_cells, stable_cells
 from .load import ReportData
 
 LOW_B = 1
@@ -39,10 +39,14 @@ def build(data: ReportData, out: Path) -> Section:
     sec.text("At B = 1 verification barely grows with D; what limits D is the draft cost. rho = (draft time per "
              "draft token) / (target step time) is **measured**; AL(D) is **measured**; AL/(1 + rho D) is **modelled "
              "from measured times**; the measured speedup stands beside it.")
-    spec = spec_cells(data.ok)
+    spec, unstable = stable_cells(spec_cells(data.ok))
     cells = spec[spec[B] == LOW_B] if not spec.empty else spec
+    left_out = unstable[unstable[B] == LOW_B] if not unstable.empty else unstable
+    if len(left_out):
+        sec.text(f"{len(left_out)} unstable cell(s) at B = {LOW_B} left out (see the summary's list): no verdict is "
+                 "drawn from them.")
     if cells.empty:
-        sec.text(f"No speculative cell at B = {LOW_B}: n/a.")
+        sec.text(f"No stable speculative cell at B = {LOW_B}: no verdict (n/a).")
         return sec
     if setup_cols(cells):
         sec.text(f"Note: several setups ({', '.join(setup_cols(cells))}) are pooled per mechanism here.")

@@ -1,23 +1,38 @@
 """Summary: per-configuration AL, speedup, predicted vs measured, greedy match; what to pick."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from .common import B, D, DERIVED, MEASURED, MECH, Section, best_by, finite, per_config, same_setup, setup_cols, spec_cells
+from .. import metrics
+from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_speedups, finite, per_config, same_setup,
+                     setup_cols, spec_cells, stable_cells)
 from .load import ReportData
 
-VALUES = ["al", "speedup", "speedup_predicted", "greedy_match_rate"]
+VALUES = ["al", "speedup_predicted", "greedy_match_rate"]
 FEW_REQUESTS = 10
 PREDICTION_TOLERANCE = 0.20
 
 
 def config_table(spec: pd.DataFrame) -> pd.DataFrame:
-    conf = per_config(spec, VALUES)
+    """Per configuration: AL and greedy match as means over its cells; speedup and predicted speedup as
+    geometric means (ratios average on the log scale), the speedup with its interval."""
     keys = setup_cols(spec) + [MECH, "method", D, B]
+    conf = per_config(spec, VALUES).merge(config_speedups(spec), on=keys, how="left")
+    pred = spec.assign(_lp=[math.log(v) if finite(v) and v > 0 else math.nan for v in spec["speedup_predicted"]])
+    geo = pred.groupby(keys, dropna=False)["_lp"].mean().reset_index()
+    conf = conf.drop(columns=["speedup_predicted"]).merge(geo, on=keys, how="left")
+    conf["speedup_predicted"] = [math.exp(v) if finite(v) else math.nan for v in conf.pop("_lp")]
     counts = spec.groupby(keys, dropna=False).agg(cells=("cell_id", "size"), requests=("n_requests", "sum")).reset_index()
     conf = conf.merge(counts, on=keys, how="left")
     conf["pred_over_meas"] = conf["speedup_predicted"] / conf["speedup"]
+    conf["interval"] = [interval(lo, hi) for lo, hi in zip(conf["speedup_low"], conf["speedup_high"])]
     return conf
+
+
+def interval(lo, hi) -> str:
+    return f"[{lo:.3g}, {hi:.3g}]" if finite(lo) and finite(hi) else "n/a"
 
 
 def build(data: ReportData) -> Section:
@@ -38,7 +53,11 @@ def build(data: ReportData) -> Section:
     sec.text(
         "Labels: *measured* = read from the cells (matched baseline/speculative runs); *modelled* = the cost "
         "model or a formula; *n/a* = not measured (a gap, never a zero). A configuration's value is the mean over "
-        "its cells (prompt categories x context buckets, each weighted equally). AL counts the bonus token."
+        "its cells (prompt categories x context buckets, each weighted equally): AL as an arithmetic mean, speedups "
+        "as a geometric mean with a 95% interval. AL counts the bonus token. Each cell's speedup is the geometric "
+        "mean over its requests of the median paired TPOT ratio over repeats (baseline and speculative passes "
+        "interleaved ABBA); its interval is a bootstrap over requests and repeats. Two configurations whose "
+        "intervals overlap are a tie."
     )
     spec = spec_cells(ok)
     if spec.empty:
@@ -46,31 +65,50 @@ def build(data: ReportData) -> Section:
         _failed(sec, failed)
         return sec
     conf = config_table(spec)
-    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "requests", "al", "speedup", "speedup_predicted",
-                                    "pred_over_meas", "greedy_match_rate"]]
+    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "stable", "requests", "al", "speedup", "interval",
+                                    "speedup_predicted", "pred_over_meas", "greedy_match_rate"]]
     sec.table(
-        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "speedup_predicted": "predicted speedup",
-                             "pred_over_meas": "predicted / measured", "greedy_match_rate": "greedy match"}),
-        "Per configuration (mean over categories and context buckets).",
-        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "predicted / measured": DERIVED,
-         "greedy match": MEASURED},
+        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "speedup": "speedup (geo. mean)",
+                             "interval": "95% interval", "stable": "stable cells",
+                             "speedup_predicted": "predicted speedup", "pred_over_meas": "predicted / measured",
+                             "greedy_match": "greedy match", "greedy_match_rate": "greedy match"}),
+        "Per configuration (over categories and context buckets).",
+        {"AL": MEASURED, "speedup (geo. mean)": MEASURED, "95% interval": MEASURED, "predicted speedup": DERIVED,
+         "predicted / measured": DERIVED, "greedy match": MEASURED},
     )
     picks = recommend(spec, conf, "synthetic" in data.backends)
     sec.values["recommendation"] = picks.to_dict("records")
     sec.values["configs"] = conf.to_dict("records")
-    sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (mean over categories), "
-             "with the caveats that apply. A pick of `none` means no measured configuration beat plain decoding.")
-    sec.table(picks, "", {"speedup": MEASURED, "AL": MEASURED, "predicted": DERIVED})
+    sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (geometric mean over "
+             "categories), with the caveats that apply. When the runner-up's interval overlaps the best one's, the "
+             "pick is a **tie** and names both. A pick of `none` means no measured configuration beat plain decoding "
+             "with confidence.")
+    sec.table(picks, "", {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "predicted": DERIVED})
+    spec = spec.assign(interval=[interval(lo, hi) for lo, hi in zip(
+        spec.get("speedup_ci_low", spec["speedup"] * math.nan), spec.get("speedup_ci_high", spec["speedup"] * math.nan))])
     cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "speedup",
-                                            "speedup_predicted", "greedy_match_rate"] if c in spec]
+                                            "interval", "n_repeats", "stable", "speedup_predicted",
+                                            "greedy_match_rate"] if c in spec]
     sec.text(f"### All cells ({len(spec)})")
     sec.table(spec[cols].sort_values([MECH, D, B, "category"]).rename(columns={
         "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
+        "interval": "95% interval", "n_repeats": "repeats",
         "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
         {"context bucket": {"": "(none)"}}), "",
         {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
+    _unstable(sec, spec)
     _failed(sec, failed)
     return sec
+
+
+def _unstable(sec: Section, spec: pd.DataFrame) -> None:
+    _, unstable = stable_cells(spec)
+    if unstable.empty:
+        return
+    cols = [c for c in (MECH, D, B, "category", "context_bucket", "unstable_reason") if c in unstable]
+    sec.text(f"### Unstable cells ({len(unstable)} of {len(spec)})\n\nTheir speedups are shown with their intervals, "
+             "but no guideline verdict (G1, G4) is drawn from them.")
+    sec.table(unstable[cols].rename(columns={MECH: "mechanism", D: "D", B: "B", "unstable_reason": "why"}))
 
 
 def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.DataFrame:
@@ -79,10 +117,20 @@ def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.Dat
     rows = []
     for _, r in best.iterrows():
         same_b = same_setup(conf[conf[B] == r[B]], r, setup)
-        others = same_b[same_b[MECH] != r[MECH]].dropna(subset=["speedup"]).sort_values("speedup", ascending=False)
-        runner = f"{others.iloc[0][MECH]} D={int(others.iloc[0][D])} ({others.iloc[0]['speedup']:.2f}x)" if len(others) else "n/a"
-        pick = f"{r[MECH]} D={int(r[D])}" if r["speedup"] > 1 else "none (plain decoding)"
-        rows.append({**{c: r[c] for c in setup}, "B": int(r[B]), "pick": pick, "speedup": r["speedup"], "AL": r["al"],
+        alt = same_b[(same_b[MECH] != r[MECH]) | (same_b[D] != r[D])].dropna(subset=["speedup"])
+        alt = alt.sort_values("speedup", ascending=False)
+        runner = f"{alt.iloc[0][MECH]} D={int(alt.iloc[0][D])} ({alt.iloc[0]['speedup']:.2f}x)" if len(alt) else "n/a"
+        best_iv = (r.get("speedup_low", math.nan), r.get("speedup_high", math.nan))
+        ties = [a for _, a in alt.iterrows() if metrics.intervals_overlap(best_iv, (a["speedup_low"], a["speedup_high"]))]
+        beats_plain = best_iv[0] > 1 if finite(best_iv[0]) else r["speedup"] > 1  # with confidence, where known
+        if not beats_plain:
+            pick = "none (plain decoding)" if not r["speedup"] > 1 else f"none with confidence ({r[MECH]} D={int(r[D])}: interval includes 1)"
+        elif ties:
+            pick = f"tie: {r[MECH]} D={int(r[D])} ~ " + ", ".join(f"{a[MECH]} D={int(a[D])}" for a in ties[:3])
+        else:
+            pick = f"{r[MECH]} D={int(r[D])}"
+        rows.append({**{c: r[c] for c in setup}, "B": int(r[B]), "pick": pick, "speedup": r["speedup"],
+                     "interval": interval(*best_iv), "AL": r["al"],
                      "predicted": r["speedup_predicted"], "runner-up": runner,
                      "caveats": "; ".join(caveats(same_setup(spec, r, setup), same_setup(conf, r, setup), r, synthetic))
                      or "none"})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import B, D, DERIVED, MEASURED, NEARLY_FREE, Section, setup_cols, spec_cells
+from .common import B, D, DERIVED, MEASURED, NEARLY_FREE, Section, setup_cols, spec_cells, stable_cells
 from .load import ReportData
 
 GEMM_KNEE = 0.8  # normalised TFLOP/s at which the GEMM counts as compute-bound
@@ -62,10 +62,14 @@ def build(data: ReportData, out: Path) -> Section:
         f"the extra tokens are nearly free; a ratio T_verif(B(1+D)) / T_verif(B) <= {NEARLY_FREE:g} counts as "
         "nearly free here. Ratios are **measured** (median over cells; both times come from the same cell's matched runs)."
     )
-    ratios = verify_ratios(data.ok)
+    stable, unstable = stable_cells(data.ok)
+    unstable = spec_cells(unstable)
+    if len(unstable):
+        sec.text(f"{len(unstable)} unstable cell(s) left out (see the summary's list): no verdict is drawn from them.")
+    ratios = verify_ratios(stable)
     sec.values["ratios"] = ratios.to_dict("records")
     if ratios.empty:
-        sec.text("No speculative cell with verification times: n/a.")
+        sec.text("No stable speculative cell with verification times: no verdict (n/a).")
     else:
         setup = setup_cols(data.ok)
         pivot = ratios.pivot_table(index=setup + [D], columns=B, values="ratio", aggfunc="first", dropna=False)
