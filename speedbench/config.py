@@ -145,13 +145,14 @@ class ProtocolConfig:
 
     Baseline and speculative passes alternate block by block (a block = one batch of B
     requests; for servers, the whole cell) in ABBA order, repeated until the speedup's interval
-    half-width is within ``target_rel_half_width`` of it (after ``min_repeats``), or
-    ``max_repeats`` or the cell's ``budget_s`` is reached.
+    measurement noise (interval half-width with the prompts held fixed) is within
+    ``target_rel_half_width`` of it (after ``min_repeats``), or ``max_repeats`` or the cell's
+    ``budget_s`` is reached.
     """
 
     min_repeats: int = 3
     max_repeats: int = 8
-    target_rel_half_width: float = 0.02  # 2%: the interval a cell must reach to be "stable"
+    target_rel_half_width: float = 0.02  # 2%: the measurement noise a cell must reach to be "stable"
     budget_s: float = 8.0  # wall seconds per cell after which no new repeat starts
     confidence: float = 0.95
     n_resamples: int = 1000

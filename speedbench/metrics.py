@@ -21,8 +21,11 @@ Speedup estimator (the cell table's ``speedup``; the gate and the report use the
   speedup = geometric mean over requests of s_i (each prompt weighs the same; ratios average
   on the log scale). Its interval (``speedup_ci_low/high``) is a two-level percentile bootstrap:
   resample requests, then repeats within each resampled request, so both request-to-request
-  and repeat-to-repeat variation are in it. ``speedup_cv``: the coefficient of variation of the
-  per-repeat estimates (geometric mean over requests of the repeat's paired ratios).
+  and repeat-to-repeat variation are in it. ``speedup_noise``: the relative half-width of the
+  same interval with the prompts held fixed (repeats resampled only): the measurement's own
+  noise, which more repeats shrink; a cell is stable when it is within the protocol's target.
+  ``speedup_cv``: the coefficient of variation of the per-repeat estimates (geometric mean over
+  requests of the repeat's paired ratios).
   ``speedup_predicted`` is the same estimator over per-(request, repeat) predictions from the
   same pairs' measured step times.
 
@@ -225,9 +228,12 @@ def _geomean(x: np.ndarray, axis: int = -1):
 
 
 def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: int = 1000,
-                   rng: np.random.Generator | None = None) -> SpeedupEstimate:
+                   rng: np.random.Generator | None = None, requests: bool = True) -> SpeedupEstimate:
     """The speedup estimator (see the module docstring) from paired ratios [request, repeat].
 
+    ``requests=True``: the interval resamples requests and repeats (what the cell reports);
+    ``False``: repeats only, the prompts held fixed -- the measurement's own noise, which more
+    repeats shrink (the protocol's stopping rule and ``stable`` use it).
     NaN entries (a request with one token, a failed pass) are left out; a request with no
     finite ratio is dropped.
     """
@@ -249,7 +255,7 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
         per_repeat = per_repeat[np.isfinite(per_repeat)]
         cv = float(np.std(per_repeat, ddof=1) / np.mean(per_repeat)) if per_repeat.size > 1 else NAN
         rng = rng if rng is not None else np.random.default_rng(0)
-        rows = rng.integers(0, n, size=(n_resamples, n))
+        rows = rng.integers(0, n, size=(n_resamples, n)) if requests else np.broadcast_to(np.arange(n), (n_resamples, n))
         cols = rng.integers(0, m, size=(n_resamples, n, m))
         boot = r[rows[:, :, None], cols]  # [resample, request, repeat]
         est = _geomean(np.nanmedian(boot, axis=2), axis=1)
@@ -340,7 +346,9 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: 
     first_b = [r for r in ok_b if r.repeat == min((x.repeat for x in ok_b), default=0)]
     agree = agreement(first_b, ok_s)  # every repeat of the speculative run against the baseline's tokens
     tok_b, tok_s = sum(r.n_tokens for r in ok_b), sum(r.n_tokens for r in ok_s)
-    est = paired_speedup(tpot_ratios(ok_b, ok_s), confidence, n_resamples)
+    ratios = tpot_ratios(ok_b, ok_s)
+    est = paired_speedup(ratios, confidence, n_resamples)
+    noise = paired_speedup(ratios, confidence, n_resamples, requests=False)
 
     def rate(tokens: int, wall: float, gpus: int = 1) -> float:
         return tokens / wall / gpus if wall > 0 else NAN
@@ -374,6 +382,7 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: 
         speedup_ci_low=est.low,
         speedup_ci_high=est.high,
         speedup_cv=est.cv,
+        speedup_noise=noise.rel_half_width,
         n_repeats=est.n_repeats,
         # AL drives the prediction only where every step drafts; tokens/step is the general form
         speedup_predicted=paired_speedup(predicted_ratios(base.steps, spec.steps), confidence, 0).point,

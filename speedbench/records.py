@@ -161,8 +161,9 @@ class CellResult:
     speedup_ci_low: float = float("nan")  # 95% two-level bootstrap interval (requests, then repeats)
     speedup_ci_high: float = float("nan")
     speedup_cv: float = float("nan")  # across repeats
+    speedup_noise: float = float("nan")  # relative half-width with the prompts fixed (repeats resampled only)
     n_repeats: int = 0
-    stable: bool = False  # interval half-width within the target and no contention seen
+    stable: bool = False  # speedup_noise within the protocol's target and no contention seen
     unstable_reason: str = ""
     # noise accounting over the cell's measured passes
     cpu_util: float = float("nan")  # process CPU time / (wall time x threads), in-process engines only

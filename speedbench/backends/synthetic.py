@@ -117,7 +117,7 @@ class _SyntheticSession(Session):
         super().__init__(backend, spec)
         m = self.m = backend.model
         d = spec.drafter
-        self.clock = _SimClock(m.noise, _seed(m.seed, spec.role, d.name, d.num_speculative_tokens))
+        self.clock = _SimClock(m.noise, _seed(m.seed, spec.role, d.name, d.num_speculative_tokens, spec.repeat))
         self._rngs: dict[str, np.random.Generator] = {}
 
     @property

@@ -5,11 +5,12 @@ server backend the whole cell, since its B requests are in flight together). In 
 each block runs its baseline pass (A) and its speculative pass (B) back to back, in the order
 AB or BA alternating from block to block and flipping from repeat to repeat (ABBA): slow
 drift and bursts of load land on both sides of a pair. Repeats go on until the speedup's
-interval (``metrics.paired_speedup``) is within ``protocol.target_rel_half_width`` of it,
+measurement noise (``metrics.paired_speedup`` with the prompts held fixed) is within
+``protocol.target_rel_half_width`` of it,
 after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has used
 ``budget_s`` seconds. Every pass of every repeat is kept in the results (``repeat`` column).
 
-A cell is ``stable`` when its interval reached the target and no contention was seen
+A cell is ``stable`` when its measurement noise reached the target and no contention was seen
 (``pipeline.noise``); otherwise ``unstable_reason`` says why. The report draws verdicts from
 stable cells only.
 """
@@ -45,7 +46,7 @@ class Measured:
         if not math.isfinite(rel_half_width):
             reasons.append("no finite speedup interval (too few requests with two or more tokens)")
         elif rel_half_width > cfg.target_rel_half_width:
-            reasons.append(f"interval +-{rel_half_width:.1%} wider than the target +-{cfg.target_rel_half_width:.0%} "
+            reasons.append(f"measurement noise +-{rel_half_width:.1%} above the target +-{cfg.target_rel_half_width:.0%} "
                            f"after {self.n_repeats} repeats ({self.stopped_by} reached)")
         if self.contention:
             reasons.append(f"contention: {self.contention}")
@@ -89,7 +90,8 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
             continue
         base, spec_out = _merge(outs["baseline"]), _merge(outs["spec"])
         ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
-        est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat))
+        est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat),
+                                     requests=False)  # the measurement's noise: more repeats shrink it
         precise = math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width
         if precise or repeat >= cfg.max_repeats or time.perf_counter() - t0 >= cfg.budget_s:
             break

@@ -8,7 +8,6 @@ error and the sweep goes on; cells already finished in the results folder are sk
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import OrderedDict
 from dataclasses import replace
@@ -126,8 +125,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
             cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol), run)
-            half = (cell.speedup_ci_high - cell.speedup_ci_low) / 2 / cell.speedup if cell.speedup > 0 else math.nan
-            reason = m.instability(half, run.protocol)
+            reason = m.instability(cell.speedup_noise, run.protocol)
             cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
                            extra={**cell.extra, "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s,

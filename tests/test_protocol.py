@@ -1,0 +1,128 @@
+"""The measurement protocol: ABBA order, repeats and the stopping rule, the speedup estimator
+and its interval, noise accounting. Timing-free: the synthetic backend's simulated times and
+constructed ratio tables stand in for measured ones (the real engine's protocol runs are in
+test_gate_regressions.py and in the benchmarks)."""
+import math
+
+import numpy as np
+import pytest
+
+from speedbench import metrics
+from speedbench.backends.base import BACKENDS, GenerateSpec
+from speedbench.config import BackendConfig, ModelConfig, ProtocolConfig, SamplingConfig, make_drafter
+from speedbench.pipeline import protocol
+from speedbench.pipeline.noise import NoiseMeter
+from speedbench.records import Request
+
+
+def test_abba_order_alternates_by_block_and_flips_by_repeat():
+    assert [protocol.order(b, 0) for b in range(4)] == [("baseline", "spec"), ("spec", "baseline")] * 2
+    assert [protocol.order(b, 1) for b in range(2)] == [("spec", "baseline"), ("baseline", "spec")]
+    # over two repeats every block runs each role first once: drift cancels within a block
+    for b in range(3):
+        assert {protocol.order(b, 0)[0], protocol.order(b, 1)[0]} == {"baseline", "spec"}
+
+
+def test_blocks_are_batches_or_the_whole_cell_for_servers():
+    reqs = [Request(f"r{i}", "c", ("x",), 8) for i in range(5)]
+    assert [len(b) for b in protocol.blocks(reqs, 2, asynchronous=False)] == [2, 2, 1]
+    assert [len(b) for b in protocol.blocks(reqs, 2, asynchronous=True)] == [5]
+
+
+def test_speedup_estimator_is_the_geometric_mean_of_per_request_medians():
+    ratios = np.array([[1.0, 1.2, 1.1], [2.0, 2.0, 8.0], [1.5, np.nan, 1.5]])
+    est = metrics.paired_speedup(ratios, n_resamples=500)
+    expected = math.exp(np.mean(np.log([1.1, 2.0, 1.5])))  # a burst (8.0) in one repeat is outvoted
+    assert est.point == pytest.approx(expected)
+    assert est.low <= est.point <= est.high and est.n_requests == 3 and est.n_repeats == 3
+    flat = metrics.paired_speedup(np.full((4, 3), 1.25), n_resamples=200)
+    assert flat.point == flat.low == flat.high == pytest.approx(1.25) and flat.cv == pytest.approx(0.0)
+
+
+def test_the_interval_carries_repeat_to_repeat_variation():
+    rng = np.random.default_rng(0)
+    same = np.repeat(rng.lognormal(0.3, 0.05, size=(6, 1)), 5, axis=1)  # requests differ, repeats agree
+    noisy = same * rng.lognormal(0.0, 0.15, size=(6, 5))  # the same requests, noisy repeats
+    quiet, loud = metrics.paired_speedup(same), metrics.paired_speedup(noisy)
+    assert loud.rel_half_width > quiet.rel_half_width
+    assert loud.cv > 0.03 > quiet.cv
+    # with the prompts held fixed, repeats that agree leave no noise at all; noisy repeats do
+    assert metrics.paired_speedup(same, requests=False).rel_half_width == pytest.approx(0.0)
+    assert metrics.paired_speedup(noisy, requests=False).rel_half_width > 0.02
+
+
+def test_requests_without_a_finite_ratio_are_dropped_and_empty_is_nan():
+    est = metrics.paired_speedup(np.array([[np.nan, np.nan], [1.5, 1.5]]))
+    assert est.n_requests == 1 and est.point == pytest.approx(1.5)
+    assert math.isnan(metrics.paired_speedup(np.empty((0, 0))).point)
+
+
+def test_geomean_interval_over_cells_and_ties():
+    point, low, high = metrics.geomean_interval([1.2, 1.2], [1.1, 1.1], [1.3, 1.3])
+    assert point == pytest.approx(1.2) and low > 1.1 and high < 1.3  # two independent cells narrow it
+    assert math.isnan(metrics.geomean_interval([1.2], [math.nan], [1.3])[0])
+    assert metrics.intervals_overlap((1.0, 1.2), (1.15, 1.4)) and not metrics.intervals_overlap((1.0, 1.1), (1.2, 1.3))
+
+
+def _synthetic(noise: float):
+    engine = BackendConfig(name="synthetic", options={"noise": noise, "alpha": 0.7})
+    return BACKENDS.get("synthetic")(ModelConfig(name="t", path="random:unused"), engine)
+
+
+def _specs(batch: int = 2):
+    base = GenerateSpec(make_drafter("none"), batch, SamplingConfig(), 24, False, "baseline")
+    spec = GenerateSpec(make_drafter("draft_model", 4, model="x"), batch, SamplingConfig(), 24, False, "spec")
+    return {"baseline": base, "spec": spec}
+
+
+REQS = [Request(f"r{i}", "coding", ("hello world " * (i + 1),), 24) for i in range(4)]
+QUIET = dict(max_load_per_cpu=1e9)  # this test is about the stopping rule, not the machine's load
+
+
+def test_a_precise_cell_stops_after_min_repeats():
+    cfg = ProtocolConfig(min_repeats=3, max_repeats=8, target_rel_half_width=0.02, **QUIET)
+    m = protocol.measure(_synthetic(noise=0.0), REQS, _specs(), cfg)
+    assert m.n_repeats == 3 and m.stopped_by == "target"
+    # every request measured in both roles in every repeat, and the records say which repeat
+    for role_out in (m.base, m.spec):
+        assert sorted({(r.request_id, r.repeat) for r in role_out.requests}) == [
+            (f"r{i}", k) for i in range(4) for k in range(3)]
+    assert m.instability(0.0, cfg) == ""
+
+
+def test_a_noisy_cell_repeats_until_max_and_says_why():
+    cfg = ProtocolConfig(min_repeats=2, max_repeats=4, target_rel_half_width=0.001, budget_s=60, **QUIET)
+    m = protocol.measure(_synthetic(noise=0.3), REQS, _specs(), cfg)
+    assert m.n_repeats == 4 and m.stopped_by == "max_repeats"
+    est = metrics.paired_speedup(metrics.tpot_ratios(m.base.requests, m.spec.requests), requests=False)
+    reason = m.instability(est.rel_half_width, cfg)
+    assert "above the target" in reason and "max_repeats" in reason
+
+
+def test_contention_is_seen_in_cpu_time_against_wall_time():
+    import time
+
+    busy = NoiseMeter(threads=1)
+    busy.measure(lambda: sum(i * i for i in range(400_000)))
+    idle = NoiseMeter(threads=1)
+    idle.measure(lambda: time.sleep(0.2))  # a thread that waits (as for a CPU) burns no CPU time
+    assert idle.cpu_util < 0.1 and busy.cpu_util > 3 * max(idle.cpu_util, 0.01)  # a compute loop burns it
+    assert "waited for a CPU" in idle.verdict(min_cpu_util=0.85, max_load_per_cpu=1e9)
+    assert NoiseMeter(threads=0).verdict(0.85, 1e9) == ""  # an out-of-process engine: CPU time says nothing
+
+
+def test_the_runner_writes_protocol_columns(tmp_path):
+    from speedbench.config import DatasetConfig, RunConfig
+    from speedbench.pipeline import runner
+
+    run = RunConfig(target=ModelConfig(name="t", path="random:unused"), drafter=make_drafter("draft_model", 4, model="x"),
+                    dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=["coding"], n_requests=4),
+                    backend=BackendConfig(name="synthetic", options={"noise": 0.0}), sampling=SamplingConfig(),
+                    results_dir=str(tmp_path), run_id="p", max_new_tokens=16, warmup_batches=0,
+                    protocol=ProtocolConfig(min_repeats=2, **QUIET))
+    (cell,) = runner.run_cells(run, progress=False)
+    assert cell.n_repeats == 2 and cell.stable and cell.unstable_reason == ""
+    assert cell.speedup_noise == pytest.approx(0.0)  # simulated times repeat exactly
+    assert cell.speedup_ci_low <= cell.speedup <= cell.speedup_ci_high  # the prompts still differ
+    assert cell.threads == 0 and math.isnan(cell.cpu_util)  # synthetic: no engine threads in this process
+    assert cell.extra["protocol"]["stopped_by"] == "target"
