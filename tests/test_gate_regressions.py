@@ -53,6 +53,20 @@ def test_a_drafter_slowed_by_a_fixed_delay_fails_on_speedup(results, baseline):
     assert verdicts(report, "al") == {"pass"}  # same tokens, same acceptance: only time moved
 
 
+def test_a_slowdown_costing_10_percent_of_speedup_fails(results, baseline):
+    """A delay sized from the baseline's own step time to cost ~10% of the speedup (speedup' = 0.9 x
+    speedup needs every speculative step to take T_step / 9 longer) is caught by the CI gate."""
+    from speedbench.results import ResultsStore
+
+    t_step_ms = float(ResultsStore(baseline).cells()["t_step_ms_spec"].mean())
+    current = measure(results, "slowed10", faults=FaultConfig(delay_ms=t_step_ms / 9))
+    report = run_gate(baseline, current, load_config("ci"))
+    (pooled,) = [c for c in report.checks if c.metric == "speedup" and c.cell_id == "ALL"]
+    assert 0.80 < pooled.ratio < 0.97, pooled  # the injected loss, measured
+    assert report.exit_code == 1 and pooled.verdict == "regressed", pooled
+    assert verdicts(report, "al") == {"pass"}
+
+
 def test_a_draft_model_replaced_by_a_random_one_fails_on_al(results, tmp_path):
     """The same cell (same drafter path) before and after its weights were swapped for random ones."""
     target = models.load_model("random:tiny-target")
