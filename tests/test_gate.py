@@ -39,7 +39,11 @@ def test_a_folder_against_itself_passes_with_exact_ratios(tmp_path, capsys):
     assert len(per_cell) == 2 * len(table)
     for c in per_cell:  # point estimates from per-request records equal the cell table's values
         assert c["baseline"] == pytest.approx(table.loc[c["cell_id"], c["metric"]], rel=1e-12)
-        assert c["ratio"] == c["low"] == c["high"] == 1.0
+        assert c["ratio"] == 1.0
+        if c["metric"] == "al":  # deterministic: the same requests give the same AL in every resample
+            assert c["low"] == c["high"] == 1.0
+        else:  # each run's repeats are resampled on their own: the interval carries their noise
+            assert c["low"] <= 1.0 <= c["high"]
     assert "PASS" in capsys.readouterr().out
 
 
