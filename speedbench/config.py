@@ -102,6 +102,7 @@ class RunConfig:
     per_category: bool = True
     n_gpus: int = 1
     seed: int = 0
+    progress: str = "auto"  # progress bars: auto (only on a terminal) | true | false
 
 
 def register_configs() -> None:
@@ -142,5 +143,7 @@ def validate(run: RunConfig) -> None:
         raise ValueError("drafter.num_speculative_tokens must be 0 for drafter.method=none")
     if d.method != "none" and d.num_speculative_tokens < 1:
         raise ValueError(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
+    if str(run.progress).lower() not in {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}:
+        raise ValueError(f"progress must be auto, true or false, got {run.progress!r}")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")

@@ -42,4 +42,4 @@ class SweepGate(Callback):
         root = Path(str(config.results_dir)) / str(config.run_id)
         verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
         _LAST[:] = [verdict]
-        (log.info if verdict.ok else log.error)(verdict.message())
+        log.debug(verdict.message())  # `speedbench run` prints it once, after the sweep's table

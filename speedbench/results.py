@@ -29,10 +29,23 @@ from .records import STATUS_OK, CellResult, field_names, to_row
 CELL_COLUMNS = field_names(CellResult)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file (0644 under the usual umask 022);
+    ``mkstemp`` alone would leave 0600 and teammates could not read the results."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -64,6 +77,7 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         frame.to_parquet(tmp, index=False)
         os.replace(tmp, path)
     except BaseException:

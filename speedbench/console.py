@@ -1,0 +1,73 @@
+"""Terminal vs CI output: progress bars, third-party log levels, one-line CLI errors.
+
+* Progress bars are drawn only when stderr is a terminal. ``SPEEDBENCH_PROGRESS=1|0`` (or the
+  run key ``progress: true|false``) forces them on or off; ``TQDM_DISABLE=1``, ``CI=...`` and
+  ``TERM=dumb`` turn them off, as in most command-line tools.
+* Libraries that log every request or every engine step (httpx, vLLM, urllib3, the hub
+  client, ...) are held at WARNING; ``SPEEDBENCH_LOG_LEVEL=INFO|DEBUG`` lets them through.
+* A usage error is one line on stderr and exit status 2 (:class:`UsageError`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+NOISY_LOGGERS = (
+    "httpx", "httpcore", "urllib3", "huggingface_hub", "filelock", "fsspec", "datasets",
+    "transformers", "vllm", "torch", "matplotlib", "PIL", "wandb", "asyncio", "submitit",
+)
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off"}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for: reported as one line, exit status 2."""
+
+
+def _flag(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if value is not None else ""
+    return True if text in TRUE else False if text in FALSE else None
+
+
+def progress_enabled(setting: Any = "auto", stream: Any = None) -> bool:
+    """Whether to draw progress bars. ``setting``: ``true``/``false`` or ``auto`` (the default)."""
+    forced = _flag(os.environ.get("SPEEDBENCH_PROGRESS"))
+    if forced is not None:
+        return forced
+    chosen = _flag(setting)
+    if chosen is not None:
+        return chosen
+    if _flag(os.environ.get("TQDM_DISABLE")) or os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def log_level() -> int:
+    name = os.environ.get("SPEEDBENCH_LOG_LEVEL", "").strip().upper()
+    level = logging.getLevelName(name) if name else None
+    return level if isinstance(level, int) else logging.WARNING
+
+
+def quiet_third_party() -> None:
+    """Hold chatty libraries at WARNING (or ``SPEEDBENCH_LOG_LEVEL``); set before they load."""
+    level = log_level()
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    # vLLM configures its own handlers from these variables when it is imported.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(level))
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", logging.getLevelName(level).lower())
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1" if not progress_enabled() else "0")
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an exception's message (with its type when the message is empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
