@@ -204,8 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:
-        return _dispatch(argv)
+        code = _dispatch(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
     except UsageError as exc:
+        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:  # a path the user gave
         print(f"speedbench: {error_line(exc)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `speedbench plan | head`: the reader left; not an error of ours

@@ -145,6 +145,28 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def _check_shape_name(name: str) -> None:
+    """``--model-shape`` names a preset (or ``random:``/``builtin:``): refused at once, never looked up on the hub."""
+    import difflib
+
+    from .console import UsageError
+    from .models import RANDOM_PRESETS
+    from .shapes import SHAPE_PRESETS
+
+    if name in SHAPE_PRESETS:
+        return
+    if name.startswith("random:"):
+        if name.split(":", 1)[1] in RANDOM_PRESETS:
+            return
+        raise UsageError(f"--model-shape {name!r}: unknown random preset (known: {', '.join('random:' + p for p in sorted(RANDOM_PRESETS))})")
+    if name.startswith("builtin:"):
+        return  # resolved (or refused with the shipped names) by load_shape
+    close = difflib.get_close_matches(name, list(SHAPE_PRESETS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UsageError(f"--model-shape {name!r} is not a shape preset (known: {', '.join(sorted(SHAPE_PRESETS))}){hint}; "
+                     "for a config.json, model folder or hub id use --config")
+
+
 def main(args: argparse.Namespace) -> int:
     from . import hardware
     from .shapes import load_shape
@@ -154,6 +176,8 @@ def main(args: argparse.Namespace) -> int:
         from .report.load import load
 
         data = load(args.results)
+    if args.model_shape:
+        _check_shape_name(args.model_shape)
     spec = args.config or args.model_shape
     if not spec and data is not None:
         spec = next((t.path for t in data.targets.values() if t.path), None)

@@ -40,7 +40,7 @@ def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
     table = ResultsStore(root).cells()
     records = [_clean(r) for r in table.to_dict("records")] if not table.empty else []
     return {
-        "results": str(root),
+        "results": str(root.resolve()),
         "run_id": root.name,
         "exit_code": code,
         "verdict": verdict,
