@@ -135,6 +135,13 @@ def run_app(argv: list[str]) -> int:
             return int(exc.code) if isinstance(exc.code, int) else 1
         if not status["started"]:
             return 0  # --help, --cfg, --info
+    except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
+        if status["started"]:
+            raise
+        held = gate.take()
+        sys.stderr = gate.real
+        print(f"speedbench run: {error_line(exc) if not held.strip() else _hydra_error_line(held)}", file=sys.stderr)
+        return 2
     finally:
         gate.release()
         sys.stderr = gate.real
@@ -231,16 +238,22 @@ def _silence_stdout() -> None:
         pass
 
 
-def _dispatch(argv: list[str]) -> int:
-    if argv and argv[0] == "run":
-        return run_app(argv[1:])
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand but ``run`` (which Hydra parses)."""
     parser = argparse.ArgumentParser(prog="speedbench", description="Benchmark speculative decoding.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("run", help="run a benchmark (Hydra overrides; -m for a sweep)", add_help=False)
+    sub.add_parser("run", help="run a benchmark (Hydra overrides; -m for a sweep; --json FILE)", add_help=False)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(_module=module)
         importlib.import_module(module).add_cli_args(p)
+    return parser
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "run":
+        return run_app(argv[1:])
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()

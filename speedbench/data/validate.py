@@ -128,7 +128,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--column", action="append", default=[], metavar="SRC=FIELD",
                         help="generic source: map a column to a record field, e.g. prompt=turns (repeatable)")
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help="report prompts longer than this (needs --tokenizer)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer folder or name used to count prompt tokens")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer used to count prompt tokens: builtin:NAME, random:PRESET, a folder or a hub id")
     parser.add_argument("--category", action="append", default=[], help="also accept this category (repeatable)")
 
 
