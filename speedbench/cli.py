@@ -20,7 +20,7 @@ CONF_DIR = conf_dir()  # conf/ of a checkout, speedbench/conf of an installed wh
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fixtures": ("speedbench.fixtures.cli", "rebuild (train) or verify the embedded tiny models"),
     "data": ("speedbench.data.cli", "validate prompt files; build exact-length throughput splits"),
-    "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5"),
+    "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5 (docs/guidelines.md)"),
     "plan": ("speedbench.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
     "microbench": ("speedbench.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
     "round": ("speedbench.round_explainer", "explain one draft-and-verify round: tokens, costs, speedup"),

@@ -1,4 +1,4 @@
-"""``speedbench microbench gemm|attention|verify``: the kernels behind guidelines G1-G4.
+"""``speedbench microbench gemm|attention|verify``: the kernels behind guidelines G1-G4 (docs/guidelines.md).
 
 * ``gemm``: a linear layer [M, K] x [K, N] (N = K = 6144 by default) over M = B(1+D):
   achieved and normalised TFLOP/s (achieved / max achieved). Evidence for G1.

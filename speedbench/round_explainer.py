@@ -1,6 +1,6 @@
 """``speedbench round``: one draft-and-verify round, accounted for step by step.
 
-guidelines.md section 3 ("round accounting"). Every input is an assumption the user sets,
+docs/guidelines.md section 3.3 ("round accounting"). Every input is an assumption the user sets,
 not a measurement:
 
     emitted          = accepted + 1          (the target's correction, or the bonus token
@@ -70,7 +70,7 @@ def explain(x: RoundInputs, r: RoundResult) -> str:
         f"  comparison cost  = {r.emitted} tokens x target step {x.t_target_step_ms:g} ms = {r.comparison_cost_ms:g} ms"
         " (plain decoding of the same tokens)",
         f"  speedup          = {r.comparison_cost_ms:g} / {r.round_cost_ms:g} = {r.speedup:.2f}x  -> {verdict}",
-        "All inputs are assumptions you set, not measurements (guidelines.md section 3).",
+        "All inputs are assumptions you set, not measurements (docs/guidelines.md section 3.3).",
     ])
 
 

@@ -41,6 +41,8 @@ def build_report(paths, out_dir, hardware: str | None = None, title: str = "spee
         + ", ".join(f"`{r}`" for r in data.roots) + " by `speedbench report` (it reads the results store only; "
         "nothing was run to make it).",
         f"Modelled numbers use {ctx.hw_note}.",
+        "Sections G1..G5 read the cells against the guidelines and formulas of `docs/guidelines.md` "
+        "(in the speedbench repository).",
     ]
     md = out / "report.md"
     atomic_write_text(md, render.markdown(title, intro, secs))
