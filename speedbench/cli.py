@@ -86,7 +86,7 @@ def run_app(argv: list[str]) -> int:
 
     register_configs()
     clear_verdict()
-    status = {"code": 0, "root": None, "started": False, "logger": None}
+    status = {"code": 0, "root": None, "started": False, "wandb_dir": None}
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
@@ -102,7 +102,8 @@ def run_app(argv: list[str]) -> int:
             status["code"] = 2
             return
         status["root"] = Path(run.results_dir) / run.run_id
-        status["logger"] = run.logger.name
+        if run.logger.name == "wandb" and run.logger.mode == "offline":  # where wandb puts offline runs
+            status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
         try:
             cells = runner.run_cells(run, progress=True)
         except DatasetError as exc:  # bad prompts: every problem, named by file, line and field
@@ -152,7 +153,7 @@ def run_app(argv: list[str]) -> int:
     code = verdict.exit_code if verdict is not None else status["code"]
     message = verdict.message() if verdict is not None else status.get("verdict")
     ok = verdict.ok if verdict is not None else code == 0
-    run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], logger=status["logger"])
+    run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], wandb_dir=status["wandb_dir"])
     return code
 
 

@@ -3,7 +3,7 @@
 * one table of the results folder, printed once per invocation (not after every sweep job),
   with a banner when any cell came from ``backend=synthetic`` (modelled, nothing ran);
 * the sweep verdict, once;
-* where W&B offline runs went, when ``logger=wandb`` wrote some;
+* where W&B offline runs went, when ``logger=wandb`` (offline) wrote some;
 * ``<results_dir>/latest``: a symlink to the run folder (a one-line file where symlinks
   cannot be made), so scripts find the newest run without parsing output;
 * ``--json FILE``: the cell table, the results path and the exit code for scripts.
@@ -74,7 +74,8 @@ def point_latest(root: Path) -> Path | None:
     return link
 
 
-def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None, logger: str | None = None) -> None:
+def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
+           wandb_dir: Path | None = None) -> None:
     from .summary import format_table
 
     root = Path(root)
@@ -87,8 +88,7 @@ def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json
     if data["synthetic"]:
         print(SYNTHETIC_BANNER, file=out)
     print(format_table(table), file=out)
-    wandb_dir = root / "wandb"
-    if wandb_dir.is_dir() or logger == "wandb":
+    if wandb_dir is not None and Path(wandb_dir).is_dir():
         print(f"W&B offline runs: {wandb_dir}  (upload: wandb sync {wandb_dir}/offline-run-*)", file=out)
     if verdict:
         print(verdict, file=sys.stderr if not verdict_ok else out)

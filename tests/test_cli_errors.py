@@ -170,3 +170,12 @@ def test_results_files_follow_the_umask(tmp_path, mask):
         os.umask(old)
     for path in (tmp_path / "a.json", tmp_path / "run" / "provenance.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+
+
+def test_wandb_offline_runs_are_pointed_at(tmp_path):
+    proc = cli(tmp_path, "run", f"results_dir={tmp_path}", "backend=synthetic", "logger=wandb", "dataset=smoke",
+               "dataset.categories=[coding]", "run_id=wb", WANDB_SILENT="true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where = tmp_path / "wb" / "wandb"
+    assert f"W&B offline runs: {where}" in proc.stdout
+    assert list(where.glob("offline-run-*")), list(where.iterdir())
