@@ -6,12 +6,16 @@
 * Libraries that log every request or every engine step (httpx, vLLM, urllib3, the hub
   client, ...) are held at WARNING; ``SPEEDBENCH_LOG_LEVEL=INFO|DEBUG`` lets them through.
 * A usage error is one line on stderr and exit status 2 (:class:`UsageError`).
+* An engine's own console output (vLLM's engine process: profiler tables, per-step logs) goes
+  to ``<run folder>/engine-logs/`` instead of the terminal or CI log.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 NOISY_LOGGERS = (
@@ -71,3 +75,37 @@ def error_line(exc: BaseException) -> str:
     """The first line of an exception's message (with its type when the message is empty)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def stdout_fd_to(path: Path | None):
+    """Point file descriptor 1 at ``path`` while the block runs; processes started inside keep
+    it (vLLM's engine process prints its profiler tables and per-step logs there). ``None``:
+    leave stdout alone."""
+    if path is None:
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (embedded interpreters): nothing to redirect
+        yield
+        return
+    with open(path, "ab") as sink:
+        os.dup2(sink.fileno(), 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def engine_log(results_root: Path, name: str) -> Path | None:
+    """Where an engine's own output goes: ``<run folder>/engine-logs/<name>.log``, unless
+    ``SPEEDBENCH_LOG_LEVEL`` asks for INFO or DEBUG (then it stays on the terminal)."""
+    if log_level() < logging.WARNING:
+        return None
+    return Path(results_root) / "engine-logs" / f"{name}.log"

@@ -10,6 +10,7 @@ on the hardware being planned, or always with ``--calibrate always``).
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -183,7 +184,7 @@ def main(args: argparse.Namespace) -> int:
         spec = next((t.path for t in data.targets.values() if t.path), None)
         args.dtype = args.dtype or next((t.dtype for t in data.targets.values() if t.dtype), None)
     if not spec:
-        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)")
+        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)", file=sys.stderr)
         return 2
     target = load_shape(spec, args.dtype)
     hw = hardware.get(args.hardware)
@@ -207,7 +208,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         drafts = {m: cm.DraftSpec(m, draft_shape if m == "draft_model" else None, k) for m in mechs}
     except ValueError as exc:
-        print(f"speedbench plan: {exc}")
+        print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2
     alpha = _parse_alpha(args.alpha, mechs)
     source = {m: "user" for m in mechs if m in alpha}

@@ -13,6 +13,7 @@ not a measurement:
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 
@@ -87,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         x = RoundInputs(args.depth, args.draft_ms, args.verify_ms, args.target_ms, args.accepted, args.parallel)
     except ValueError as exc:
-        print(f"speedbench round: {exc}")
+        print(f"speedbench round: {exc}", file=sys.stderr)
         return 2
     print(explain(x, account(x)))
     return 0

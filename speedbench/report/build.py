@@ -31,8 +31,8 @@ def build_report(paths, out_dir, hardware: str | None = None, title: str = "spee
     """Render the report of ``paths`` (results folders) into ``out_dir``; ``plots=False`` skips the PNGs."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     out = Path(out_dir)
+    data = load(paths)  # a missing results folder fails here, before anything is created
     out.mkdir(parents=True, exist_ok=True)
-    data = load(paths)
     ctx = resolve(data, hardware)
     with plot_helpers.enabled(plots):
         secs = sections(data, ctx, out)
