@@ -168,6 +168,22 @@ def _check_shape_name(name: str) -> None:
                      "for a config.json, model folder or hub id use --config")
 
 
+def _check_config_name(spec: str) -> None:
+    """A ``--config`` that is no file, no ``builtin:``/``random:`` name and no ``owner/name`` hub id
+    but looks like a misspelt preset is refused with the preset's name, before any hub lookup."""
+    import difflib
+    from pathlib import Path
+
+    from .console import UsageError
+    from .shapes import SHAPE_PRESETS
+
+    if spec in SHAPE_PRESETS or "/" in spec or ":" in spec or Path(spec).expanduser().exists():
+        return
+    close = difflib.get_close_matches(spec, list(SHAPE_PRESETS), n=1, cutoff=0.8)
+    if close:
+        raise UsageError(f"--config {spec!r} is no file or folder; did you mean --model-shape {close[0]}?")
+
+
 def main(args: argparse.Namespace) -> int:
     from . import hardware
     from .shapes import load_shape
@@ -179,6 +195,8 @@ def main(args: argparse.Namespace) -> int:
         data = load(args.results)
     if args.model_shape:
         _check_shape_name(args.model_shape)
+    if args.config:
+        _check_config_name(args.config)
     spec = args.config or args.model_shape
     if not spec and data is not None:
         spec = next((t.path for t in data.targets.values() if t.path), None)

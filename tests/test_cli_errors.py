@@ -102,6 +102,7 @@ def test_a_misspelt_model_shape_is_refused_at_once(tmp_path):
     line = one_line_error(cli(tmp_path, "plan", "--model-shape", "llama-3.1-8bb"))
     assert time.monotonic() - start < 30  # no hub retries
     assert "did you mean 'llama-3.1-8b'" in line
+    assert "--model-shape llama-3.1-8b" in one_line_error(cli(tmp_path, "plan", "--config", "llama-3.1-8bb"))
 
 
 def test_missing_models_and_devices_are_one_line(tmp_path):

@@ -78,6 +78,10 @@ def test_run_from_an_empty_folder(installed, tmp_path):
     assert sorted(c["category"] for c in summary["cells"]) == ["coding", "math"]
     assert (tmp_path / "results/runs/latest").resolve() == (tmp_path / "results/runs/wheel").resolve()
     assert "results: results/runs/wheel" in proc.stdout
+    # the shipped gate tolerances and the report work from the package too
+    _check(_run(installed, tmp_path, "gate", "--baseline", "results/runs/wheel", "--current", "results/runs/latest", "--config", "ci"))
+    _check(_run(installed, tmp_path, "report", "results/runs/latest", "--no-plots"))
+    assert (tmp_path / "results/runs/wheel/report/report.md").is_file()
     # the shipped prompt file resolves inside the package from any folder, with both spellings
     for name in ("smoke.jsonl", "datasets/smoke.jsonl"):
         _check(_run(installed, tmp_path, "data", "validate", name))
