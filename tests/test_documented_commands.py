@@ -26,7 +26,9 @@ EXPECTED_TO_FAIL = {"drafter.num_speculativ_tokens=3"}  # the README shows this 
 
 
 def _blocks(text: str) -> list[str]:
-    return re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S)
+    """The shell code blocks (fenced as bash, sh, console or with no language)."""
+    fenced = re.findall(r"^```([\w-]*)\n(.*?)^```", text, re.S | re.M)
+    return [body for lang, body in fenced if lang in ("", "bash", "sh", "console")]
 
 
 def documented_commands() -> list[tuple[str, str]]:
@@ -38,7 +40,7 @@ def documented_commands() -> list[tuple[str, str]]:
                 line = line.strip()
                 if line.startswith("speedbench "):
                     found.append((doc.name, line))
-        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
         # inline mentions that carry options or overrides are commands too (bare names are not)
         found += [(doc.name, m) for m in re.findall(r"`(speedbench [^`]+)`", prose) if "--" in m or "=" in m or re.search(r"\b[A-Z]{3,}\b", m)]
     return sorted(set(found))
