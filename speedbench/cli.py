@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .console import UsageError, error_line, quiet_third_party
+from .console import UsageError, error_line, hold_stderr, quiet_third_party, release_stderr
 from .paths import conf_dir
 
 CONF_DIR = conf_dir()  # conf/ of a checkout, speedbench/conf of an installed wheel
@@ -94,7 +94,7 @@ def run_app(argv: list[str]) -> int:
         from .data.errors import DatasetError
 
         status["started"] = True
-        gate.release()
+        release_stderr()
         try:
             run = to_run_config(cfg)
         except ValueError as exc:
@@ -122,8 +122,7 @@ def run_app(argv: list[str]) -> int:
             status["code"] = 1
 
     sys.argv = ["speedbench run", *argv]
-    gate = _HeldStderr(sys.stderr)
-    sys.stderr = gate
+    gate = hold_stderr()
     try:
         app()
     except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
@@ -144,7 +143,7 @@ def run_app(argv: list[str]) -> int:
         print(f"speedbench run: {error_line(exc) if not held.strip() else _hydra_error_line(held)}", file=sys.stderr)
         return 2
     finally:
-        gate.release()
+        release_stderr()
         sys.stderr = gate.real
     verdict = take_verdict()  # a multirun: the failure fraction applies to the whole sweep
     root = Path(verdict.root) if verdict is not None else status["root"]
@@ -155,33 +154,6 @@ def run_app(argv: list[str]) -> int:
     ok = verdict.ok if verdict is not None else code == 0
     run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], wandb_dir=status["wandb_dir"])
     return code
-
-
-class _HeldStderr:
-    """stderr that holds what is written until the app starts (Hydra's multi-line error
-    reports become one line), then passes everything through."""
-
-    def __init__(self, real) -> None:
-        self.real = real
-        self._held: list[str] | None = []
-
-    def write(self, text: str) -> int:
-        if self._held is None:
-            return self.real.write(text)
-        self._held.append(text)
-        return len(text)
-
-    def take(self) -> str:
-        text = "".join(self._held or [])
-        self._held = None
-        return text
-
-    def release(self) -> None:
-        if self._held is not None:
-            self.real.write(self.take())
-
-    def __getattr__(self, name: str):
-        return getattr(self.real, name)
 
 
 def _hydra_error_line(text: str) -> str:

@@ -109,3 +109,49 @@ def engine_log(results_root: Path, name: str) -> Path | None:
     if log_level() < logging.WARNING:
         return None
     return Path(results_root) / "engine-logs" / f"{name}.log"
+
+
+class HeldStderr:
+    """stderr that holds what is written until released (so Hydra's multi-line error reports can
+    become one line), then passes everything through."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self._held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self.real.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def take(self) -> str:
+        text = "".join(self._held or [])
+        self._held = None
+        return text
+
+    def release(self) -> None:
+        if self._held is not None:
+            self.real.write(self.take())
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+_HELD: list[HeldStderr] = []
+
+
+def hold_stderr() -> HeldStderr:
+    """Replace ``sys.stderr`` with a :class:`HeldStderr` until :func:`release_stderr`."""
+    held = HeldStderr(sys.stderr)
+    _HELD[:] = [held]
+    sys.stderr = held
+    return held
+
+
+def release_stderr() -> None:
+    """Let held stderr through (the run has started: composition succeeded). No-op elsewhere,
+    e.g. in a sweep job's own process."""
+    for held in _HELD:
+        held.release()
+    _HELD.clear()

@@ -36,6 +36,9 @@ def clear_verdict() -> None:
 
 class SweepGate(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .console import release_stderr
+
+        release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
