@@ -149,7 +149,9 @@ def run_app(argv: list[str]) -> int:
     root = Path(verdict.root) if verdict is not None else status["root"]
     if root is None:
         return status["code"]
-    code = verdict.exit_code if verdict is not None else status["code"]
+    code = verdict.exit_code if verdict is not None and status["code"] != 2 else status["code"]  # 2: bad input
+    if code == 2 and not (root / "cells").is_dir():
+        return code  # refused before anything ran: the error said why, there is no table
     message = verdict.message() if verdict is not None else status.get("verdict")
     ok = verdict.ok if verdict is not None else code == 0
     run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], wandb_dir=status["wandb_dir"])
