@@ -67,7 +67,8 @@ def quiet_third_party() -> None:
         logging.getLogger(name).setLevel(level)
     # vLLM configures its own handlers from these variables when it is imported.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(level))
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error" if level >= logging.WARNING else logging.getLevelName(level).lower())
+    asked = bool(os.environ.get("SPEEDBENCH_LOG_LEVEL"))  # by default transformers' advice lines stay out too
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", logging.getLevelName(level).lower() if asked else "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1" if not progress_enabled() else "0")
 
 

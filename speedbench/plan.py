@@ -259,7 +259,8 @@ def main(args: argparse.Namespace) -> int:
 def render(target, hw, work, source, calib, best, rec) -> str:
     kind = f"MoE {target.n_experts}x top-{target.experts_per_tok}" if target.is_moe else "dense"
     lines = [
-        "speedbench plan -- every number below is MODELLED (roofline cost model + geometric acceptance), not measured",
+        "speedbench plan -- every number below is MODELLED (roofline cost model + geometric acceptance), not measured; "
+        "the formulas: docs/guidelines.md sections 3 and 6",
         f"target {target.name}: {target.n_layers} layers, hidden {target.hidden}, G = {target.group} ({kind}); "
         f"hardware {hw.name} ({hw.source}: {hw.peak_flops / 1e12:.3g} TFLOP/s, {hw.mem_bw / 1e9:.4g} GB/s); "
         f"context {work.context:g} tokens",

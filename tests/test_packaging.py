@@ -51,3 +51,35 @@ def test_the_reference_engine_still_computes_in_the_configured_dtype():
     assert ModelConfig.dtype == "float32"
     assert {p.dtype for p in models.load_model("builtin:tiny-target").parameters()} == {torch.float32}
     assert {p.dtype for p in models.load_model("builtin:tiny-target", "float16").parameters()} == {torch.float16}
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_guidelines_citation_points_at_the_shipped_theory():
+    import re
+
+    theory = (REPO / "docs" / "guidelines.md").read_text(encoding="utf-8")
+    for needle in ("T_verif(B) · AL / ( T_verif(B(1 + D)) + T_draft(B, D) )", "AL / (1 + ρ·D)", "### 3.3 Round accounting",
+                   "160 / 65 = 2.46×", *(f"### G{i}:" for i in range(1, 6))):
+        assert needle in theory, needle
+    sections = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", theory, re.M))
+    files = [*(REPO / "speedbench").rglob("*.py"), *(REPO / "docs").glob("*.md"), REPO / "README.md", *(REPO / "tests").glob("*.py")]
+    cited = 0
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"(\S*)guidelines\.md(?: sections? ([\d.]+))?", text):
+            if path.name == "test_packaging.py":
+                continue
+            assert m.group(1).endswith(("docs/", "(docs/", "`docs/")) or path.parent.name == "docs", (path, m.group(0))
+            if m.group(2):
+                assert m.group(2).rstrip(".") in sections, (path, m.group(0))
+            cited += 1
+    assert cited >= 6
+
+
+def test_round_cites_the_section_it_follows(capsys):
+    from speedbench.cli import main
+
+    assert main(["round"]) == 0
+    assert "docs/guidelines.md section 3.3" in capsys.readouterr().out
