@@ -8,7 +8,8 @@
       provenance.json             git SHA, versions, device, resolved config, seeds (no secrets)
 
 Every write goes to a temporary file and is renamed into place, so a process killed at any
-moment leaves only whole files: a finished cell is never lost and never half-written.
+moment leaves only whole files: a finished cell is never lost and never half-written. Files
+get the mode the umask gives any new file (0644 under umask 022), not mkstemp's 0600.
 Folders written by many jobs (a Slurm array) merge by copying ``cells/``, ``requests/`` and
 ``steps/`` side by side; the cell table is rebuilt from them.
 """
@@ -30,6 +31,13 @@ CELL_COLUMNS = field_names(CellResult)
 
 
 def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux), else swapped."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
