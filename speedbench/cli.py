@@ -11,13 +11,16 @@ import logging
 import sys
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+from .console import UsageError, error_line, hold_stderr, quiet_third_party, release_stderr
+from .paths import conf_dir
+
+CONF_DIR = conf_dir()  # conf/ of a checkout, speedbench/conf of an installed wheel
 
 # name -> (module, one-line help); each module has add_cli_args(parser) and main(args)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fixtures": ("speedbench.fixtures.cli", "rebuild (train) or verify the embedded tiny models"),
     "data": ("speedbench.data.cli", "validate prompt files; build exact-length throughput splits"),
-    "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5"),
+    "report": ("speedbench.report.cli", "render a results folder into report.md/.html mapped onto guidelines G1..G5 (docs/guidelines.md)"),
     "plan": ("speedbench.modelling.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
     "microbench": ("speedbench.modelling.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
     "round": ("speedbench.modelling.rounds", "explain one draft-and-verify round: tokens, costs, speedup"),
@@ -27,6 +30,48 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Hydra's own options that take a value (``-cd DIR``); everything else starting with ``-`` is a flag.
+_HYDRA_VALUE_OPTIONS = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-c", "--cfg",
+                        "-p", "--package", "--experimental-rerun"}
+_INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}
+
+
+def split_run_argv(argv: list[str]) -> tuple[list[str], dict]:
+    """Speedbench's own ``run`` options out of argv, Hydra's options in front of the overrides.
+
+    Hydra's parser takes its flags only before the overrides; speedbench builds Hydra's argv
+    itself, so ``-m``, ``--config-dir DIR`` etc. may stand anywhere on the line.
+    Own options: ``--json FILE`` (``-`` = stdout).
+    """
+    options: list[str] = []
+    overrides: list[str] = []
+    own: dict = {"json": None}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--json" or arg.startswith("--json="):
+            if arg == "--json":
+                if i + 1 >= len(argv):
+                    raise UsageError("--json needs a file name (or - for stdout)")
+                own["json"], i = argv[i + 1], i + 2
+            else:
+                own["json"], i = arg.split("=", 1)[1], i + 1
+            continue
+        if arg == "--":
+            overrides.extend(argv[i + 1:])
+            break
+        if arg.startswith("-") and len(arg) > 1:
+            options.append(arg)
+            takes = arg in _HYDRA_VALUE_OPTIONS or (arg in {"-i", "--info"} and i + 1 < len(argv) and argv[i + 1] in _INFO_CHOICES)
+            if takes and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+        else:
+            overrides.append(arg)
+        i += 1
+    return options + overrides, own
+
+
 def run_app(argv: list[str]) -> int:
     """Compose conf/ with the overrides in argv and run every cell (Hydra; ``-m`` for sweeps)."""
     import hydra
@@ -34,40 +79,99 @@ def run_app(argv: list[str]) -> int:
     from .config import register_configs, to_run_config
 
     if not CONF_DIR.is_dir():
-        print(f"speedbench: config folder not found at {CONF_DIR}; install the repository with `pip install -e .`", file=sys.stderr)
-        return 2
+        raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
+    argv, own = split_run_argv(argv)
+    from . import run_output
     from .hydra_callbacks import clear_verdict, take_verdict
 
     register_configs()
     clear_verdict()
-    status = {"code": 0}
+    status = {"code": 0, "root": None, "started": False, "wandb_dir": None}
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
+        from .data.errors import DatasetError
         from .pipeline import runner
-        from .results.store import ResultsStore
-        from .pipeline.summary import format_table
 
-        run = to_run_config(cfg)
-        cells = runner.run_cells(run, progress=True)
-        store = ResultsStore(Path(run.results_dir) / run.run_id)
-        table = store.cells()
-        print(f"\nresults: {store.root}")
-        print(format_table(table))
+        status["started"] = True
+        release_stderr()
+        try:
+            run = to_run_config(cfg)
+        except ValueError as exc:
+            print(f"speedbench run: {error_line(exc)}", file=sys.stderr)
+            status["code"] = 2
+            return
+        status["root"] = Path(run.results_dir) / run.run_id
+        if run.logger.name == "wandb" and run.logger.mode == "offline":  # where wandb puts offline runs
+            status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
+        try:
+            cells = runner.run_cells(run, progress=True)
+        except DatasetError as exc:  # bad prompts: every problem, named by file, line and field
+            print(f"speedbench run: {exc}", file=sys.stderr)
+            status["code"] = 2
+            return
+        except (UsageError, FileNotFoundError) as exc:
+            print(f"speedbench run: {error_line(exc)}", file=sys.stderr)
+            status["code"] = 2
+            return
         if _is_multirun():  # one job of a sweep: hydra_callbacks.SweepGate judges the whole sweep
             return
         frac = runner.failure_fraction(cells)
         if frac > run.sweep.allowed_failure_frac:
-            print(f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})", file=sys.stderr)
+            status["verdict"] = f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})"
             status["code"] = 1
 
     sys.argv = ["speedbench run", *argv]
-    app()
+    gate = hold_stderr()
+    try:
+        app()
+    except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
+        if exc.code not in (0, None):
+            if not status["started"]:
+                held = gate.take()
+                sys.stderr = gate.real
+                print(f"speedbench run: {_hydra_error_line(held)}", file=sys.stderr)
+                return 2
+            return int(exc.code) if isinstance(exc.code, int) else 1
+        if not status["started"]:
+            return 0  # --help, --cfg, --info
+    except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
+        if status["started"]:
+            raise
+        held = gate.take()
+        sys.stderr = gate.real
+        print(f"speedbench run: {error_line(exc) if not held.strip() else _hydra_error_line(held)}", file=sys.stderr)
+        return 2
+    finally:
+        release_stderr()
+        sys.stderr = gate.real
     verdict = take_verdict()  # a multirun: the failure fraction applies to the whole sweep
-    if verdict is not None:
-        print(verdict.message(), file=sys.stderr if not verdict.ok else sys.stdout)
-        return verdict.exit_code
-    return status["code"]
+    root = Path(verdict.root) if verdict is not None else status["root"]
+    if root is None:
+        return status["code"]
+    code = verdict.exit_code if verdict is not None and status["code"] != 2 else status["code"]  # 2: bad input
+    if code == 2 and not (root / "cells").is_dir():
+        return code  # refused before anything ran: the error said why, there is no table
+    message = verdict.message() if verdict is not None else status.get("verdict")
+    ok = verdict.ok if verdict is not None else code == 0
+    run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], wandb_dir=status["wandb_dir"])
+    return code
+
+
+def _hydra_error_line(text: str) -> str:
+    """One line from a Hydra/argparse error report."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    for ln in lines:
+        if " error: " in ln or ln.startswith("error:"):
+            return ln.split("error:", 1)[1].strip()
+    kept = []
+    for ln in lines:
+        if not ln or ln.startswith(("full_key", "object_type", "Set the environment variable HYDRA_FULL_ERROR")):
+            if kept:
+                break
+            continue
+        kept.append(ln)
+    return " ".join(kept) or "invalid arguments (see speedbench run --help)"
 
 
 def _is_multirun() -> bool:
@@ -80,15 +184,51 @@ def _is_multirun() -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if argv and argv[0] == "run":
-        return run_app(argv[1:])
+    quiet_third_party()
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
+    except UsageError as exc:
+        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:  # a path the user gave
+        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `speedbench plan | head`: the reader left; not an error of ours
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        print("speedbench: interrupted", file=sys.stderr)
+        return 130
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand but ``run`` (which Hydra parses)."""
     parser = argparse.ArgumentParser(prog="speedbench", description="Benchmark speculative decoding.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("run", help="run a benchmark (Hydra overrides; -m for a sweep)", add_help=False)
+    sub.add_parser("run", help="run a benchmark (Hydra overrides; -m for a sweep; --json FILE)", add_help=False)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(_module=module)
         importlib.import_module(module).add_cli_args(p)
+    return parser
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "run":
+        return run_app(argv[1:])
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_module", None):
         parser.print_help()

@@ -181,6 +181,7 @@ class RunConfig:
     per_category: bool = True
     n_gpus: int = 1
     seed: int = 0
+    progress: str = "auto"  # progress bars: auto (only on a terminal) | true | false
 
 
 def register_configs() -> None:
@@ -258,5 +259,7 @@ def validate(run: RunConfig) -> None:
         raise ValueError(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
     if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
         raise ValueError("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
+    if str(run.progress).lower() not in {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}:
+        raise ValueError(f"progress must be auto, true or false, got {run.progress!r}")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")

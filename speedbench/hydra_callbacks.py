@@ -36,10 +36,13 @@ def clear_verdict() -> None:
 
 class SweepGate(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .console import release_stderr
+
+        release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         root = Path(str(config.results_dir)) / str(config.run_id)
         verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
         _LAST[:] = [verdict]
-        (log.info if verdict.ok else log.error)(verdict.message())
+        log.debug(verdict.message())  # `speedbench run` prints it once, after the sweep's table

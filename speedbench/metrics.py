@@ -163,7 +163,7 @@ def overhead_fraction(steps: Sequence[StepRecord]) -> float:
 
 
 def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float, al: float) -> float:
-    """guidelines.md section 3: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D))."""
+    """docs/guidelines.md section 3.1: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D))."""
     denom = t_verify_spec + t_draft
     if any(math.isnan(x) for x in (t_verify_base, t_verify_spec, t_draft, al)) or denom <= 0:
         return NAN
@@ -171,7 +171,7 @@ def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float
 
 
 def low_latency_speedup(al: float, rho: float, depth: int) -> float:
-    """guidelines.md, B -> 1: AL / (1 + rho * D), rho = L_draft / L_target."""
+    """docs/guidelines.md section 3.2, B -> 1: AL / (1 + rho * D), rho = L_draft / L_target."""
     return al / (1.0 + rho * depth)
 
 

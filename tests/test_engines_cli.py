@@ -35,3 +35,8 @@ def test_speedbench_run_backend_vllm(tmp_path):
     assert cell.greedy_match_rate == 1.0 and cell.tpot_ms_baseline > 0 and cell.tpot_ms_spec > 0
     assert (tmp_path / "cache" / "random").is_dir()  # the random preset was exported for vLLM
     assert "speedup" in proc.stdout
+    # quiet in a log: the engine's profiler tables and per-step lines go to the run folder
+    both = proc.stdout + proc.stderr
+    assert "Self CPU" not in both and "\r" not in both, both[-3000:]
+    assert len(proc.stdout.splitlines()) < 20 and len(proc.stderr.splitlines()) < 40, both[-3000:]
+    assert (tmp_path / "v" / "engine-logs" / "vllm.log").stat().st_size > 0

@@ -43,6 +43,30 @@ def test_prometheus_counters_parse_and_subtract():
     assert sum(d.hist()) == d.drafts and sum(k * n for k, n in enumerate(d.hist())) == d.accepted
 
 
+ESCAPED = r"""# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="org/m \"v2\" {chat}, x=1"} 40.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="org/m \"v2\" {chat}, x=1"} 1.7e9
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="org/m \"v2\" {chat}, x=1"} 60.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="org/m \"v2\" {chat}, x=1",position="0"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="org/m \"v2\" {chat}, x=1",position="1"} 30.0
+vllm:spec_decode_num_drafts_total{engine="0",model_name="back\\slash}"} 2.0
+"""
+
+
+def test_prometheus_label_values_with_escaped_quotes_and_braces():
+    wanted = 'org/m "v2" {chat}, x=1'
+    c = spec_counters.from_prometheus_text(ESCAPED, model=wanted)
+    assert (c.drafts, c.accepted, c.per_pos) == (40, 60, (30, 30))  # _created is not a count
+    assert c.al == pytest.approx(2.5)
+    assert spec_counters.from_prometheus_text(ESCAPED, model="back\\slash}").drafts == 2
+    assert spec_counters.from_prometheus_text(ESCAPED).drafts == 42
+
+
+def test_an_unreadable_metrics_page_is_an_error_not_zeros():
+    with pytest.raises(ValueError, match="/metrics"):
+        spec_counters.from_prometheus_text('vllm:spec_decode_num_drafts_total{model_name="m} 3\n')
+
+
 def test_hist_from_per_pos_inverts_the_cumulative_counts():
     hist = [3, 1, 0, 2, 4]  # drafts that accepted exactly k
     per_pos = [sum(hist[k:]) for k in range(1, len(hist))]

@@ -1,4 +1,4 @@
-"""`speedbench round`: the worked example of guidelines.md section 3, and the bonus token."""
+"""`speedbench round`: the worked example of docs/guidelines.md section 3.3, and the bonus token."""
 import pytest
 
 from speedbench.cli import main

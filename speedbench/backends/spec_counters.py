@@ -7,7 +7,6 @@ at least one proposed token.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -89,26 +88,27 @@ def from_vllm_metrics(metrics) -> SpecCounters:
     return _merge(values, per_pos)
 
 
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
 def from_prometheus_text(text: str, model: str | None = None) -> SpecCounters:
     """From a server's ``/metrics`` page (Prometheus text format; counters end in ``_total``).
 
-    ``model`` keeps only series whose ``model_name`` label equals it (a server may host several).
+    Parsed by ``prometheus_client``'s own text parser, so label values with escaped quotes,
+    backslashes, braces or commas read as the server meant them. ``model`` keeps only series
+    whose ``model_name`` label equals it (a server may host several). A page the parser
+    cannot read raises ``ValueError`` rather than passing for zero counters.
     """
+    from prometheus_client.parser import text_string_to_metric_families
+
     values: dict[str, float] = {}
     per_pos: dict[int, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name, labels_text, value = m.group(1), m.group(2) or "", float(m.group(3))
+    try:
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError as exc:
+        raise ValueError(f"cannot parse the /metrics page: {exc}") from None
+    for sample in samples:
+        name, labels, value = sample.name, sample.labels, float(sample.value)
+        if name.endswith(("_created", "_bucket", "_count", "_sum")) and name not in NAMES:
+            continue  # a counter's creation time; histogram parts
         base = name[: -len("_total")] if name.endswith("_total") else name
-        labels = dict(_LABEL.findall(labels_text))
         if model is not None and "model_name" in labels and labels["model_name"] != model:
             continue
         if base in NAMES:

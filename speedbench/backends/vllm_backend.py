@@ -138,7 +138,13 @@ class VllmBackend(Backend):
             elif self.spec_metrics == "per_request":
                 raise ValueError(f"vLLM {vllm_version()} has no per_request_spec_decode_metrics; use spec_metrics=counters")
         t0 = time.perf_counter()
-        llm = LLM(**kwargs)
+        from ..console import engine_log, stdout_fd_to
+
+        sink = engine_log(Path(self.run.results_dir) / self.run.run_id, "vllm")
+        if sink is not None:
+            log.info("vllm: engine output in %s", sink)
+        with stdout_fd_to(sink):  # the engine process inherits it: profiler tables, per-step logs
+            llm = LLM(**kwargs)
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = llm
         _registry_owner[0] = id(llm)

@@ -10,7 +10,9 @@ The profiled pass is never the measured one (the profiler slows every op).
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import time
 from pathlib import Path
@@ -51,7 +53,8 @@ def profile_split(llm, run_pass, trace_dir: str) -> dict:
     try:
         run_pass()
     finally:
-        llm.stop_profile()
+        with contextlib.redirect_stdout(io.StringIO()):  # an in-process engine prints its profiler tables here
+            llm.stop_profile()
     files = [p for p in Path(trace_dir).glob("rank0*.pt.trace.json*") if p.stat().st_mtime >= since - 1]
     if not files:
         return {"status": "missing: the profiler wrote no trace"}

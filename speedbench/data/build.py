@@ -129,7 +129,7 @@ def build_throughput(
 
 
 def add_build_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokenizer", required=True, help="tokenizer folder or name (transformers AutoTokenizer)")
+    parser.add_argument("--tokenizer", required=True, help="tokenizer: builtin:NAME, random:PRESET, a folder or a hub id")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="mini", help="sizes and prompts per tier (default: mini)")
     parser.add_argument("--sizes", nargs="+", default=None, help="override the preset's sizes, e.g. 1k 8k")
     parser.add_argument("--n-per-tier", type=int, default=None, help="override the preset's prompts per tier")

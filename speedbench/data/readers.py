@@ -41,13 +41,18 @@ READERS: dict[str, Callable[[Path], tuple[Rows, list[Issue]]]] = {
 }
 
 
+# Sidecar files in a data folder that are not prompts: ``speedbench data build`` writes
+# ``manifest.json`` next to the splits it builds.
+SIDECARS = frozenset({"manifest.json"})
+
+
 def data_files(path: Path) -> list[Path]:
-    """The readable files of a file or folder (folders: recursively, sorted)."""
+    """The readable files of a file or folder (folders: recursively, sorted, sidecars skipped)."""
     if path.is_file():
         if path.suffix not in READERS:
             raise DatasetError(f"{path}: unsupported file type {path.suffix!r} (supported: {', '.join(READERS)})")
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in READERS)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in READERS and p.name not in SIDECARS)
     if not files:
         raise DatasetError(f"{path}: no {', '.join(READERS)} files in this folder")
     return files

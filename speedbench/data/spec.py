@@ -39,17 +39,21 @@ ENTROPY_TIERS: tuple[str, ...] = ("low", "mixed", "high")
 
 
 def datasets_dir() -> Path:
-    """The repository's top-level ``datasets/`` folder."""
-    import speedbench
+    """The shipped prompt sets: ``speedbench/datasets`` in a wheel, ``datasets/`` in a checkout
+    (never a same-named folder next to the package, e.g. the ``datasets`` library)."""
+    from speedbench.paths import datasets_dir as shipped
 
-    return Path(speedbench.__file__).resolve().parents[1] / "datasets"
+    return shipped()
 
 
 def resolve_path(path: str | Path) -> Path:
     """Find a dataset path: as given (absolute or relative to the current directory),
-    then relative to the repository's ``datasets/`` folder."""
+    then relative to the shipped prompt sets (``datasets/smoke.jsonl`` and ``smoke.jsonl``
+    both name the shipped smoke set)."""
     given = Path(path).expanduser()
     candidates = [given] if given.is_absolute() else [Path.cwd() / given, datasets_dir() / given]
+    if not given.is_absolute() and given.parts[:1] == ("datasets",) and len(given.parts) > 1:
+        candidates.append(datasets_dir().joinpath(*given.parts[1:]))
     for candidate in candidates:
         if candidate.exists():
             return candidate

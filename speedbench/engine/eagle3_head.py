@@ -188,6 +188,7 @@ def save_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16, *
     tensors = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     cfg = head.spec.to_config(**config_extra)
+    cfg["dtype"] = str(dtype).removeprefix("torch.")  # the stored precision, as for the other models
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 

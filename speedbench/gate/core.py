@@ -22,11 +22,12 @@ import pandas as pd
 import yaml
 
 from . import stats as gate_stats
+from ..paths import gate_conf_dir
 from ..records import STATUS_OK
 from ..results.store import ResultsStore
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH = 0, 1, 2, 3
-GATE_CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "gate"
+GATE_CONF_DIR = gate_conf_dir()  # conf/gate/ of a checkout, speedbench/conf/gate of a wheel
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
 INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
 BAD = (REGRESSED, FAILED)

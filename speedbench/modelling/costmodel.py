@@ -1,4 +1,4 @@
-"""A roofline cost model of verification and drafting, and the speedup formulas (guidelines.md).
+"""A roofline cost model of verification and drafting, and the speedup formulas (docs/guidelines.md sections 3 and 6).
 
 Every kernel costs ``max(flops / achievable FLOP/s, bytes / achievable bandwidth) + launch``:
 

@@ -1,4 +1,4 @@
-"""``speedbench microbench gemm|attention|verify``: the kernels behind guidelines G1-G4.
+"""``speedbench microbench gemm|attention|verify``: the kernels behind guidelines G1-G4 (docs/guidelines.md).
 
 * ``gemm``: a linear layer [M, K] x [K, N] (N = K = 6144 by default) over M = B(1+D):
   achieved and normalised TFLOP/s (achieved / max achieved). Evidence for G1.
@@ -62,11 +62,16 @@ def _setup(args) -> tuple[Any, Any]:
 
     from ..models import DTYPES, pick_device
 
+    from ..console import UsageError
+
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {sorted(DTYPES)}")
-    return pick_device(args.device), DTYPES[args.dtype]
+        raise UsageError(f"--dtype must be one of {', '.join(sorted(DTYPES))}, got {args.dtype!r}")
+    try:
+        return pick_device(args.device), DTYPES[args.dtype]
+    except RuntimeError as exc:
+        raise UsageError(f"--device {args.device}: CUDA is not available on this machine (use --device cpu)") from exc
 
 
 def run_gemm(args) -> "pd.DataFrame":  # noqa: F821

@@ -10,6 +10,7 @@ on the hardware being planned, or always with ``--calibrate always``).
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -145,6 +146,44 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
+def _check_shape_name(name: str) -> None:
+    """``--model-shape`` names a preset (or ``random:``/``builtin:``): refused at once, never looked up on the hub."""
+    import difflib
+
+    from ..console import UsageError
+    from ..models import RANDOM_PRESETS
+    from .shapes import SHAPE_PRESETS
+
+    if name in SHAPE_PRESETS:
+        return
+    if name.startswith("random:"):
+        if name.split(":", 1)[1] in RANDOM_PRESETS:
+            return
+        raise UsageError(f"--model-shape {name!r}: unknown random preset (known: {', '.join('random:' + p for p in sorted(RANDOM_PRESETS))})")
+    if name.startswith("builtin:"):
+        return  # resolved (or refused with the shipped names) by load_shape
+    close = difflib.get_close_matches(name, list(SHAPE_PRESETS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UsageError(f"--model-shape {name!r} is not a shape preset (known: {', '.join(sorted(SHAPE_PRESETS))}){hint}; "
+                     "for a config.json, model folder or hub id use --config")
+
+
+def _check_config_name(spec: str) -> None:
+    """A ``--config`` that is no file, no ``builtin:``/``random:`` name and no ``owner/name`` hub id
+    but looks like a misspelt preset is refused with the preset's name, before any hub lookup."""
+    import difflib
+    from pathlib import Path
+
+    from ..console import UsageError
+    from .shapes import SHAPE_PRESETS
+
+    if spec in SHAPE_PRESETS or "/" in spec or ":" in spec or Path(spec).expanduser().exists():
+        return
+    close = difflib.get_close_matches(spec, list(SHAPE_PRESETS), n=1, cutoff=0.8)
+    if close:
+        raise UsageError(f"--config {spec!r} is no file or folder; did you mean --model-shape {close[0]}?")
+
+
 def main(args: argparse.Namespace) -> int:
     from . import hardware
     from .shapes import load_shape
@@ -154,12 +193,16 @@ def main(args: argparse.Namespace) -> int:
         from ..report.load import load
 
         data = load(args.results)
+    if args.model_shape:
+        _check_shape_name(args.model_shape)
+    if args.config:
+        _check_config_name(args.config)
     spec = args.config or args.model_shape
     if not spec and data is not None:
         spec = next((t.path for t in data.targets.values() if t.path), None)
         args.dtype = args.dtype or next((t.dtype for t in data.targets.values() if t.dtype), None)
     if not spec:
-        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)")
+        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)", file=sys.stderr)
         return 2
     target = load_shape(spec, args.dtype)
     hw = hardware.get(args.hardware)
@@ -183,7 +226,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         drafts = {m: cm.DraftSpec(m, draft_shape if m == "draft_model" else None, k) for m in mechs}
     except ValueError as exc:
-        print(f"speedbench plan: {exc}")
+        print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2
     alpha = _parse_alpha(args.alpha, mechs)
     source = {m: "user" for m in mechs if m in alpha}
@@ -216,7 +259,8 @@ def main(args: argparse.Namespace) -> int:
 def render(target, hw, work, source, calib, best, rec) -> str:
     kind = f"MoE {target.n_experts}x top-{target.experts_per_tok}" if target.is_moe else "dense"
     lines = [
-        "speedbench plan -- every number below is MODELLED (roofline cost model + geometric acceptance), not measured",
+        "speedbench plan -- every number below is MODELLED (roofline cost model + geometric acceptance), not measured; "
+        "the formulas: docs/guidelines.md sections 3 and 6",
         f"target {target.name}: {target.n_layers} layers, hidden {target.hidden}, G = {target.group} ({kind}); "
         f"hardware {hw.name} ({hw.source}: {hw.peak_flops / 1e12:.3g} TFLOP/s, {hw.mem_bw / 1e9:.4g} GB/s); "
         f"context {work.context:g} tokens",

@@ -1,6 +1,6 @@
 """``speedbench round``: one draft-and-verify round, accounted for step by step.
 
-guidelines.md section 3 ("round accounting"). Every input is an assumption the user sets,
+docs/guidelines.md section 3.3 ("round accounting"). Every input is an assumption the user sets,
 not a measurement:
 
     emitted          = accepted + 1          (the target's correction, or the bonus token
@@ -13,6 +13,7 @@ not a measurement:
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 
 
@@ -70,7 +71,7 @@ def explain(x: RoundInputs, r: RoundResult) -> str:
         f"  comparison cost  = {r.emitted} tokens x target step {x.t_target_step_ms:g} ms = {r.comparison_cost_ms:g} ms"
         " (plain decoding of the same tokens)",
         f"  speedup          = {r.comparison_cost_ms:g} / {r.round_cost_ms:g} = {r.speedup:.2f}x  -> {verdict}",
-        "All inputs are assumptions you set, not measurements (guidelines.md section 3).",
+        "All inputs are assumptions you set, not measurements (docs/guidelines.md section 3.3).",
     ])
 
 
@@ -87,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         x = RoundInputs(args.depth, args.draft_ms, args.verify_ms, args.target_ms, args.accepted, args.parallel)
     except ValueError as exc:
-        print(f"speedbench round: {exc}")
+        print(f"speedbench round: {exc}", file=sys.stderr)
         return 2
     print(explain(x, account(x)))
     return 0

@@ -156,6 +156,9 @@ class _Progress:
     def __init__(self, todo, enabled: bool, run: RunConfig) -> None:
         from tqdm.auto import tqdm
 
+        from ..console import progress_enabled
+
+        enabled = enabled and progress_enabled(run.progress)
         desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
         self.cells = tqdm(todo, desc=desc, unit="cell", disable=not enabled, position=0)
         # each cell runs its requests twice (baseline, speculative) per repeat; the repeats are not known ahead

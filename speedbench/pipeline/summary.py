@@ -48,4 +48,22 @@ def format_table(cells: pd.DataFrame) -> str:
             return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
         return v
 
-    return frame.apply(lambda col: col.map(fmt)).to_string(index=False)
+    return align(frame.apply(lambda col: col.map(fmt)), text=[label for c, label in COLUMNS if c in TEXT_COLUMNS])
+
+
+TEXT_COLUMNS = {"category", "drafter", "method", "status"}
+
+
+def align(frame: pd.DataFrame, text: list[str]) -> str:
+    """A plain-text table: text columns left-aligned, numbers right-aligned."""
+    cols = list(frame.columns)
+    cells = [[str(v) for v in frame[c]] for c in cols]
+    widths = [max([len(str(c)), *(len(v) for v in vals)]) for c, vals in zip(cols, cells)]
+
+    def line(values):
+        parts = [v.ljust(w) if c in text else v.rjust(w) for c, v, w in zip(cols, values, widths)]
+        return "  ".join(parts).rstrip()
+
+    rows = [line([str(c) for c in cols])]
+    rows += [line(list(vals)) for vals in zip(*cells)]
+    return "\n".join(rows)

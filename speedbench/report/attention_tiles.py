@@ -72,7 +72,9 @@ def build(data: ReportData, ctx: ModelContext, out: Path) -> Section:
         vlines = [(TILE * k, "128-row tile boundary" if k == 1 else "") for k in range(1, 1 + math.ceil(g * (1 + top) / TILE))]
         sec.figure(plots.lines(out / f"g3_attention_staircase_{_safe(t.name)}.png", series, plots.Axes(
             "queries per KV head G(1+D)", "runtime relative to the smallest point",
-            "G3: decode attention vs G(1+D)", vlines=vlines), "Attention runtime vs G(1+D): modelled and measured."))
+            "G3: decode attention vs G(1+D)", vlines=vlines),
+            "Attention runtime vs G(1+D): modelled and measured (microbench)." if len(series) > 1
+            else "Attention runtime vs G(1+D): modelled only (no attention microbenchmark in these results)."))
     att = data.microbench.get("attention")
     if att is None or att.empty:
         sec.text("Attention microbenchmark: n/a (run `speedbench microbench attention --results-dir RESULTS_DIR`); "

@@ -31,8 +31,8 @@ def build_report(paths, out_dir, hardware: str | None = None, title: str = "spee
     """Render the report of ``paths`` (results folders) into ``out_dir``; ``plots=False`` skips the PNGs."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     out = Path(out_dir)
+    data = load(paths)  # a missing results folder fails here, before anything is created
     out.mkdir(parents=True, exist_ok=True)
-    data = load(paths)
     ctx = resolve(data, hardware)
     with plot_helpers.enabled(plots):
         secs = sections(data, ctx, out)
@@ -41,6 +41,8 @@ def build_report(paths, out_dir, hardware: str | None = None, title: str = "spee
         + ", ".join(f"`{r}`" for r in data.roots) + " by `speedbench report` (it reads the results store only; "
         "nothing was run to make it).",
         f"Modelled numbers use {ctx.hw_note}.",
+        "Sections G1..G5 read the cells against the guidelines and formulas of `docs/guidelines.md` "
+        "(in the speedbench repository).",
     ]
     md = out / "report.md"
     atomic_write_text(md, render.markdown(title, intro, secs))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -21,7 +22,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = build_report(args.results, out, hardware=args.hardware, title=args.title, plots=not args.no_plots)
     except FileNotFoundError as exc:
-        print(f"speedbench report: {exc}")
+        print(f"speedbench report: {exc}", file=sys.stderr)
         return 2
     print(f"report: {result.markdown}\n        {result.html}")
     for png in result.plots:

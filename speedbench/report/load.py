@@ -57,7 +57,7 @@ def run_folders(paths: list[str | Path]) -> list[Path]:
         if (p / "cells").is_dir() or (p / "microbench").is_dir():
             out.append(p)
         elif p.is_dir():
-            out += sorted(q for q in p.iterdir() if (q / "cells").is_dir() or (q / "microbench").is_dir())
+            out += sorted(q for q in p.iterdir() if not q.is_symlink() and ((q / "cells").is_dir() or (q / "microbench").is_dir()))  # not `latest`
         else:
             raise FileNotFoundError(f"results folder {p} does not exist")
     if not out:

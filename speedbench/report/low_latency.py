@@ -55,9 +55,10 @@ def build(data: ReportData, out: Path) -> Section:
     for mech, grp in conf.groupby(MECH):
         grp = grp.sort_values(D)
         have = grp.dropna(subset=["al_over_cost"])
-        d_star = int(have.loc[have["al_over_cost"].idxmax(), D]) if len(have) else math.nan
         meas = grp.dropna(subset=["speedup"])
-        d_meas = int(meas.loc[meas["speedup"].idxmax(), D]) if len(meas) else math.nan
+        # a best D needs at least two draft lengths to choose between; one D measured is no trade-off
+        d_star = int(have.loc[have["al_over_cost"].idxmax(), D]) if have[D].nunique() >= 2 else math.nan
+        d_meas = int(meas.loc[meas["speedup"].idxmax(), D]) if meas[D].nunique() >= 2 else math.nan
         rows.append({"mechanism": mech, "rho": grp["rho"].iloc[0],
                      "D where AL stops paying (max AL/(1+rho D))": d_star,
                      "AL/(1+rho D) there": have["al_over_cost"].max() if len(have) else math.nan,
@@ -76,6 +77,12 @@ def build(data: ReportData, out: Path) -> Section:
     lines = []
     for r in rows:
         d_star, d_meas = r["D where AL stops paying (max AL/(1+rho D))"], r["measured best D"]
+        n_d = conf[conf[MECH] == r["mechanism"]][D].nunique()
+        if n_d < 2:
+            only = int(conf[conf[MECH] == r["mechanism"]][D].iloc[0])
+            lines.append(f"- {r['mechanism']}: only D = {only} measured at B = {LOW_B}; no best D to read "
+                         "(measure two or more draft lengths, e.g. `drafter.num_speculative_tokens=2,4,6 -m`).")
+            continue
         if not (finite(d_star) and finite(d_meas)):
             continue
         if d_star == d_meas:

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .common import Figure
+from .common import Figure, Table
 
 ENABLED: ContextVar[bool] = ContextVar("speedbench_report_plots", default=True)
 
@@ -93,10 +93,20 @@ def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
     return Figure(path, caption)
 
 
-def lines(path: Path, series: list[Series], axes: Axes, caption: str) -> Figure | None:
+def as_table(axes: Axes, caption: str, rows: list[tuple[str, float, float]]) -> Table:
+    """What a plot of single points would show, as a table: one configuration is not a curve."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=["series", axes.xlabel, axes.ylabel])
+    return Table(frame, f"{caption} (one point per series: a table instead of a plot)")
+
+
+def lines(path: Path, series: list[Series], axes: Axes, caption: str) -> Figure | Table | None:
     series = [s for s in series if _clean(s.x, s.y)[0]]
     if not series or not ENABLED.get():
         return None
+    if max(len(_clean(s.x, s.y)[0]) for s in series) < 2:
+        return as_table(axes, caption, [(s.label, *(v[0] for v in _clean(s.x, s.y))) for s in series])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for s in series:
@@ -110,6 +120,8 @@ def pareto(path: Path, groups: dict[str, tuple[list[float], list[float], str]], 
     groups = {k: v for k, v in groups.items() if _clean(v[0], v[1])[0]}
     if not groups or not ENABLED.get():
         return None
+    if max(len(_clean(v[0], v[1])[0]) for v in groups.values()) < 2:
+        return as_table(axes, caption, [(k, *(c[0] for c in _clean(v[0], v[1]))) for k, v in groups.items()])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for label, (xs, ys, marker) in groups.items():
@@ -136,6 +148,8 @@ def bars(path: Path, categories: list[str], groups: dict[str, list[float]], axes
     """Grouped bars: one group of bars per category; NaN bars are left out and marked n/a."""
     if not ENABLED.get() or not categories or not groups or not any(_ok(v) for vals in groups.values() for v in vals):
         return None
+    if sum(_ok(v) for vals in groups.values() for v in vals) < 2:
+        return as_table(axes, caption, [(label, cat, v) for label, vals in groups.items() for cat, v in zip(categories, vals) if _ok(v)])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6.4, 0.9 * len(categories) * max(1, len(groups)) ** 0.5), 4.0))
     width = 0.8 / len(groups)

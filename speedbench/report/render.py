@@ -13,12 +13,20 @@ def header(col: str, kinds: dict[str, str]) -> str:
     return f"{col} ({kind})" if kind else str(col)
 
 
+def text_columns(frame) -> set:
+    """Columns holding words (names, labels, yes/no), not numbers: these are left-aligned."""
+    return {col for col in frame.columns
+            if any(isinstance(v, (str, bool)) for v in frame[col] if v is not None)}
+
+
 def md_table(t: Table) -> str:
     frame = t.frame
     if frame.empty:
         return "_(no rows: n/a)_"
     cols = [header(str(c), t.kinds) for c in frame.columns]
-    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |", "|" + "---|" * len(cols)]
+    text = text_columns(frame)
+    align = "|" + "".join(":---|" if c in text else "---:|" for c in frame.columns)
+    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |", align]
     for row in frame.itertuples(index=False):
         lines.append("| " + " | ".join(fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
     out = "\n".join(lines)
@@ -73,13 +81,18 @@ def html_text(text: str) -> str:
 def html_table(t: Table) -> str:
     if t.frame.empty:
         return "<p><i>(no rows: n/a)</i></p>"
-    head = "".join(f"<th>{html.escape(header(str(c), t.kinds))}</th>" for c in t.frame.columns)
+    words = text_columns(t.frame)
+    is_text = [c in words for c in t.frame.columns]
+    left = ' class="text"'
+    head = "".join(f"<th{left if w else ''}>{html.escape(header(str(c), t.kinds))}</th>"
+                   for c, w in zip(t.frame.columns, is_text))
     body = []
     for row in t.frame.itertuples(index=False):
         cells = []
-        for v in row:
+        for v, w in zip(row, is_text):
             text = fmt(v)
-            cls = ' class="na"' if text == "n/a" else ""
+            names = (["na"] if text == "n/a" else []) + (["text"] if w else [])
+            cls = f' class="{" ".join(names)}"' if names else ""
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
@@ -96,7 +109,7 @@ CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
-th{background:#f3f3f3} td.na{color:#999;font-style:italic}
+th{background:#f3f3f3} td.na{color:#999;font-style:italic} td.text,th.text{text-align:left}
 caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left;padding-top:.3em}
 figure{margin:1em 0} img{max-width:100%} figcaption{font-size:.85em;color:#555}
 code{background:#f5f5f5;padding:0 .2em}

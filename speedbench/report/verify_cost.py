@@ -44,8 +44,9 @@ def nearly_free(ratios: pd.DataFrame) -> pd.DataFrame:
                 stop = r[D]
                 break
         key = key if isinstance(key, tuple) else (key,)
+        # a recommendation needs more than one measured D to compare
         rows.append({**dict(zip(keys, key)), "nearly free up to D": free, "stops being nearly free at D": stop,
-                     "recommended D (G1)": free})
+                     "recommended D (G1)": free if grp[D].nunique() >= 2 else math.nan})
     return pd.DataFrame(rows)
 
 

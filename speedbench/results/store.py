@@ -8,7 +8,8 @@
       provenance.json             git SHA, versions, device, resolved config, seeds (no secrets)
 
 Every write goes to a temporary file and is renamed into place, so a process killed at any
-moment leaves only whole files: a finished cell is never lost and never half-written.
+moment leaves only whole files: a finished cell is never lost and never half-written. Files
+get the mode the umask gives any new file (0644 under umask 022), not mkstemp's 0600.
 Folders written by many jobs (a Slurm array) merge by copying ``cells/``, ``requests/`` and
 ``steps/`` side by side; the cell table is rebuilt from them.
 """
@@ -29,10 +30,30 @@ from ..records import STATUS_OK, CellResult, field_names, to_row
 CELL_COLUMNS = field_names(CellResult)
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux), else swapped."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file (0644 under the usual umask 022);
+    ``mkstemp`` alone would leave 0600 and teammates could not read the results."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -64,6 +85,7 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())
         frame.to_parquet(tmp, index=False)
         os.replace(tmp, path)
     except BaseException:

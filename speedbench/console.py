@@ -1,0 +1,158 @@
+"""Terminal vs CI output: progress bars, third-party log levels, one-line CLI errors.
+
+* Progress bars are drawn only when stderr is a terminal. ``SPEEDBENCH_PROGRESS=1|0`` (or the
+  run key ``progress: true|false``) forces them on or off; ``TQDM_DISABLE=1``, ``CI=...`` and
+  ``TERM=dumb`` turn them off, as in most command-line tools.
+* Libraries that log every request or every engine step (httpx, vLLM, urllib3, the hub
+  client, ...) are held at WARNING; ``SPEEDBENCH_LOG_LEVEL=INFO|DEBUG`` lets them through.
+* A usage error is one line on stderr and exit status 2 (:class:`UsageError`).
+* An engine's own console output (vLLM's engine process: profiler tables, per-step logs) goes
+  to ``<run folder>/engine-logs/`` instead of the terminal or CI log.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+NOISY_LOGGERS = (
+    "httpx", "httpcore", "urllib3", "huggingface_hub", "filelock", "fsspec", "datasets",
+    "transformers", "vllm", "torch", "matplotlib", "PIL", "wandb", "asyncio", "submitit",
+)
+TRUE = {"1", "true", "yes", "on"}
+FALSE = {"0", "false", "no", "off"}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for: reported as one line, exit status 2."""
+
+
+def _flag(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if value is not None else ""
+    return True if text in TRUE else False if text in FALSE else None
+
+
+def progress_enabled(setting: Any = "auto", stream: Any = None) -> bool:
+    """Whether to draw progress bars. ``setting``: ``true``/``false`` or ``auto`` (the default)."""
+    forced = _flag(os.environ.get("SPEEDBENCH_PROGRESS"))
+    if forced is not None:
+        return forced
+    chosen = _flag(setting)
+    if chosen is not None:
+        return chosen
+    if _flag(os.environ.get("TQDM_DISABLE")) or os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def log_level() -> int:
+    name = os.environ.get("SPEEDBENCH_LOG_LEVEL", "").strip().upper()
+    level = logging.getLevelName(name) if name else None
+    return level if isinstance(level, int) else logging.WARNING
+
+
+def quiet_third_party() -> None:
+    """Hold chatty libraries at WARNING (or ``SPEEDBENCH_LOG_LEVEL``); set before they load."""
+    level = log_level()
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    # vLLM configures its own handlers from these variables when it is imported.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(level))
+    asked = bool(os.environ.get("SPEEDBENCH_LOG_LEVEL"))  # by default transformers' advice lines stay out too
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", logging.getLevelName(level).lower() if asked else "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1" if not progress_enabled() else "0")
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an exception's message (with its type when the message is empty)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def stdout_fd_to(path: Path | None):
+    """Point file descriptor 1 at ``path`` while the block runs; processes started inside keep
+    it (vLLM's engine process prints its profiler tables and per-step logs there). ``None``:
+    leave stdout alone."""
+    if path is None:
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (embedded interpreters): nothing to redirect
+        yield
+        return
+    with open(path, "ab") as sink:
+        os.dup2(sink.fileno(), 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def engine_log(results_root: Path, name: str) -> Path | None:
+    """Where an engine's own output goes: ``<run folder>/engine-logs/<name>.log``, unless
+    ``SPEEDBENCH_LOG_LEVEL`` asks for INFO or DEBUG (then it stays on the terminal)."""
+    if log_level() < logging.WARNING:
+        return None
+    return Path(results_root) / "engine-logs" / f"{name}.log"
+
+
+class HeldStderr:
+    """stderr that holds what is written until released (so Hydra's multi-line error reports can
+    become one line), then passes everything through."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self._held: list[str] | None = []
+
+    def write(self, text: str) -> int:
+        if self._held is None:
+            return self.real.write(text)
+        self._held.append(text)
+        return len(text)
+
+    def take(self) -> str:
+        text = "".join(self._held or [])
+        self._held = None
+        return text
+
+    def release(self) -> None:
+        if self._held is not None:
+            self.real.write(self.take())
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+_HELD: list[HeldStderr] = []
+
+
+def hold_stderr() -> HeldStderr:
+    """Replace ``sys.stderr`` with a :class:`HeldStderr` until :func:`release_stderr`."""
+    held = HeldStderr(sys.stderr)
+    _HELD[:] = [held]
+    sys.stderr = held
+    return held
+
+
+def release_stderr() -> None:
+    """Let held stderr through (the run has started: composition succeeded). No-op elsewhere,
+    e.g. in a sweep job's own process."""
+    for held in _HELD:
+        held.release()
+    _HELD.clear()

@@ -1,0 +1,100 @@
+"""What ``speedbench run`` prints and writes once an invocation ends (one run or a whole sweep).
+
+* one table of the results folder, printed once per invocation (not after every sweep job),
+  with a banner when any cell came from ``backend=synthetic`` (modelled, nothing ran);
+* the sweep verdict, once;
+* where W&B offline runs went, when ``logger=wandb`` (offline) wrote some;
+* ``<results_dir>/latest``: a symlink to the run folder (a one-line file where symlinks
+  cannot be made), so scripts find the newest run without parsing output;
+* ``--json FILE``: the cell table, the results path and the exit code for scripts.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .results.store import ResultsStore, atomic_write_text
+
+LATEST = "latest"
+SYNTHETIC_BANNER = "backend=synthetic: no model was run; every number below is modelled, not measured"
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return _clean(value.item())
+    return value
+
+
+def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
+    """The machine-readable summary of a run folder (what ``--json`` writes)."""
+    table = ResultsStore(root).cells()
+    records = [_clean(r) for r in table.to_dict("records")] if not table.empty else []
+    return {
+        "results": str(root.resolve()),
+        "run_id": root.name,
+        "exit_code": code,
+        "verdict": verdict,
+        "n_cells": len(records),
+        "n_failed": sum(r.get("status") != "ok" for r in records),
+        "synthetic": any(r.get("backend") == "synthetic" for r in records),
+        "cells": records,
+    }
+
+
+def point_latest(root: Path) -> Path | None:
+    """Make ``<results_dir>/latest`` name ``root``; returns the pointer's path."""
+    parent = root.parent
+    if not root.is_dir():
+        return None
+    link = parent / LATEST
+    tmp = parent / f".{LATEST}.{os.getpid()}.tmp"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(root.name, tmp, target_is_directory=True)
+        if link.is_dir() and not link.is_symlink():
+            tmp.unlink()
+            return None  # a real folder named "latest" (a run_id): leave it alone
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        if link.is_symlink() or link.is_dir():
+            return None
+        atomic_write_text(link, root.name + "\n")
+    return link
+
+
+def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
+           wandb_dir: Path | None = None) -> None:
+    from .pipeline.summary import format_table
+
+    root = Path(root)
+    data = summary(root, code, verdict)
+    point_latest(root)
+    to_stdout_json = json_path == "-"
+    out = sys.stderr if to_stdout_json else sys.stdout
+    table = ResultsStore(root).cells()
+    print(f"\nresults: {root}", file=out)
+    if data["synthetic"]:
+        print(SYNTHETIC_BANNER, file=out)
+    print(format_table(table), file=out)
+    if wandb_dir is not None and Path(wandb_dir).is_dir():
+        print(f"W&B offline runs: {wandb_dir}  (upload: wandb sync {wandb_dir}/offline-run-*)", file=out)
+    if verdict:
+        print(verdict, file=sys.stderr if not verdict_ok else out)
+    if json_path:
+        text = json.dumps(data, indent=2, default=str) + "\n"
+        if to_stdout_json:
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(Path(json_path), text)
