@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from speedbench.cli import build_parser, split_run_argv
-from speedbench.results import ResultsStore, atomic_write_text
+from speedbench.results import ResultsStore
+from speedbench.results.store import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 

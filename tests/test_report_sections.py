@@ -25,9 +25,12 @@ def report(tmp_path_factory):
 
 
 def by_config(cells, key):
+    """AL: the arithmetic mean over a configuration's cells; speedup: the geometric mean (ratios)."""
     groups = defaultdict(list)
     for c in cells:
         groups[(c["drafter"], c["num_speculative_tokens"], c["batch_size"])].append(c[key])
+    if key == "speedup":
+        return {k: math.exp(sum(math.log(x) for x in v) / len(v)) for k, v in groups.items()}
     return {k: sum(v) / len(v) for k, v in groups.items()}
 
 

@@ -98,5 +98,5 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     elapsed = time.perf_counter() - t0
     stopped = "target" if repeat < cfg.max_repeats and elapsed < cfg.budget_s else (
         "max_repeats" if repeat >= cfg.max_repeats else "budget_s")
-    return Measured(_merge(outs["baseline"]), _merge(outs["spec"]), repeat, stopped,
-                    noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu), noise, elapsed)
+    contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
+    return Measured(_merge(outs["baseline"]), _merge(outs["spec"]), repeat, stopped, contention, noise, elapsed)

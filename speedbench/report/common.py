@@ -98,21 +98,33 @@ def config_speedups(spec: pd.DataFrame) -> pd.DataFrame:
         if not finite(point):  # no intervals (older results): the plain geometric mean
             vals = [v for v in grp["speedup"] if finite(v) and v > 0]
             point = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+        # the same prompts under every configuration: compare configurations on measurement noise alone
+        noise = grp["speedup_noise"] if "speedup_noise" in grp else grp["speedup"] * math.nan
+        _, n_low, n_high = metrics.geomean_interval(list(grp["speedup"]), list(grp["speedup"] * (1 - noise)),
+                                                     list(grp["speedup"] * (1 + noise)))
         stable = int(grp["stable"].fillna(False).astype(bool).sum()) if "stable" in grp else len(grp)
         rows.append({**dict(zip(keys, key)), "speedup": point, "speedup_low": low, "speedup_high": high,
-                     "stable": f"{stable}/{len(grp)}"})
-    return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "stable"])
+                     "noise_low": n_low, "noise_high": n_high, "stable": f"{stable}/{len(grp)}"})
+    return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "noise_low", "noise_high",
+                                              "stable"])
 
 
 def per_config(ok: pd.DataFrame, cols: list[str], extra_keys: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Mean of ``cols`` per configuration over its cells (NaN stays NaN; no cell, no row)."""
+    """Mean of ``cols`` per configuration over its cells (NaN stays NaN; no cell, no row); speedup
+    columns are ratios and average geometrically."""
     keys = setup_cols(ok) + [MECH, "method", D, B, *extra_keys]
     if ok.empty:
         return pd.DataFrame(columns=keys + cols)
     frame = ok[keys + cols].copy()
+    ratios = [c for c in cols if c.startswith("speedup")]  # ratios average on the log scale
     for c in cols:
         frame[c] = pd.to_numeric(frame[c], errors="coerce")
-    return frame.groupby(keys, dropna=False, sort=True)[cols].mean().reset_index()
+        if c in ratios:
+            frame[c] = [math.log(v) if finite(v) and v > 0 else math.nan for v in frame[c]]
+    out = frame.groupby(keys, dropna=False, sort=True)[cols].mean().reset_index()
+    for c in ratios:
+        out[c] = [math.exp(v) if finite(v) else math.nan for v in out[c]]
+    return out
 
 
 def best_by(frame: pd.DataFrame, group: list[str], value: str) -> pd.DataFrame:

@@ -46,7 +46,8 @@ def build(data: ReportData, out: Path) -> Section:
         sec.text(f"{len(left_out)} unstable cell(s) at B = {LOW_B} left out (see the summary's list): no verdict is "
                  "drawn from them.")
     if cells.empty:
-        sec.text(f"No stable speculative cell at B = {LOW_B}: no verdict (n/a).")
+        sec.text(f"No speculative cell at B = {LOW_B}: n/a." if left_out.empty else
+                 f"No stable speculative cell at B = {LOW_B}: no verdict (n/a).")
         return sec
     if setup_cols(cells):
         sec.text(f"Note: several setups ({', '.join(setup_cols(cells))}) are pooled per mechanism here.")

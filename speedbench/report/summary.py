@@ -57,7 +57,7 @@ def build(data: ReportData) -> Section:
         "as a geometric mean with a 95% interval. AL counts the bonus token. Each cell's speedup is the geometric "
         "mean over its requests of the median paired TPOT ratio over repeats (baseline and speculative passes "
         "interleaved ABBA); its interval is a bootstrap over requests and repeats. Two configurations whose "
-        "intervals overlap are a tie."
+        "measurement-noise intervals (prompts held fixed) overlap are a tie."
     )
     spec = spec_cells(ok)
     if spec.empty:
@@ -121,7 +121,9 @@ def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.Dat
         alt = alt.sort_values("speedup", ascending=False)
         runner = f"{alt.iloc[0][MECH]} D={int(alt.iloc[0][D])} ({alt.iloc[0]['speedup']:.2f}x)" if len(alt) else "n/a"
         best_iv = (r.get("speedup_low", math.nan), r.get("speedup_high", math.nan))
-        ties = [a for _, a in alt.iterrows() if metrics.intervals_overlap(best_iv, (a["speedup_low"], a["speedup_high"]))]
+        # configurations ran on the same prompts: a tie is measurement noise alone (prompts held fixed)
+        noise_iv = (r.get("noise_low", math.nan), r.get("noise_high", math.nan))
+        ties = [a for _, a in alt.iterrows() if metrics.intervals_overlap(noise_iv, (a["noise_low"], a["noise_high"]))]
         beats_plain = best_iv[0] > 1 if finite(best_iv[0]) else r["speedup"] > 1  # with confidence, where known
         if not beats_plain:
             pick = "none (plain decoding)" if not r["speedup"] > 1 else f"none with confidence ({r[MECH]} D={int(r[D])}: interval includes 1)"

@@ -70,7 +70,8 @@ def build(data: ReportData, out: Path) -> Section:
     ratios = verify_ratios(stable)
     sec.values["ratios"] = ratios.to_dict("records")
     if ratios.empty:
-        sec.text("No stable speculative cell with verification times: no verdict (n/a).")
+        sec.text("No speculative cell with verification times: n/a." if unstable.empty else
+                 "No stable speculative cell with verification times: no verdict (n/a).")
     else:
         setup = setup_cols(data.ok)
         pivot = ratios.pivot_table(index=setup + [D], columns=B, values="ratio", aggfunc="first", dropna=False)
