@@ -48,7 +48,8 @@ class DatasetConfig:
     n_requests: Optional[int] = None  # stratified across categories with ``seed``
     seed: int = 0
     column_map: dict[str, str] = field(default_factory=dict)
-    max_prompt_tokens: Optional[int] = None
+    max_prompt_tokens: Optional[int] = None  # None: the target's context - max_new_tokens - D (chat-templated)
+    on_too_long: str = "error"  # error | skip | truncate: a prompt over the limit
 
 
 @dataclass

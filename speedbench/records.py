@@ -153,6 +153,13 @@ class CellResult:
     status: str
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # output length and the batch actually formed; -1 / None in folders written before they existed
+    max_new_tokens: int = -1
+    ignore_eos: Any = None
+    batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
+
+
+RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize
 
 
 def to_row(record: Any) -> dict[str, Any]:
