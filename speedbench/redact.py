@@ -33,7 +33,7 @@ _VALUE_SHAPES = re.compile(r"\b(sk-|hf_|ghp_|gho_|ghs_|github_pat_|xox[bap]-|eyJ
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/@\s'\"]+)@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
 # name=value (command lines, query strings, overrides) and name: value (YAML, logs)
-_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-+]+)(?P<sep>\s*[=:]\s*)(?P<q>['\"]?)(?P<value>[^\s&,;'\"}\]]+)")
+_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-+]+)(?P<sep>['\"]?\s*(?:=|:(?!//))\s*)(?P<q>['\"]?)(?P<value>[^\s&,;'\"}\]]+)")
 _KNOWN: set[str] = set()
 MIN_SECRET_LEN = 6  # shorter values (e.g. 'true', '1') would redact ordinary text
 
