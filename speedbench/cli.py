@@ -32,6 +32,7 @@ def run_app(argv: list[str]) -> int:
     import hydra
 
     from omegaconf import OmegaConf
+    from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from . import redact
@@ -111,13 +112,15 @@ def run_app(argv: list[str]) -> int:
         if not status["started"] and exc.code not in (0, None):
             return 2
         raise
-    except OmegaConfBaseException as exc:  # e.g. sb_run_dir refusing the run_id while Hydra sets up its folders
+    except (OmegaConfBaseException, HydraException) as exc:  # compose errors raised as such (HYDRA_FULL_ERROR=1), sb_run_dir
         if status["started"]:
             raise
         cause = exc
         while cause is not None and not isinstance(cause, ConfigError):
             cause = cause.__cause__ or cause.__context__
-        print(f"speedbench: {redact.redact_text(str(cause or exc))}", file=sys.stderr)
+        text = str(cause) if cause is not None else "\n".join(
+            str(e) for e in (exc, exc.__cause__) if e is not None and str(e))
+        print(f"speedbench: {redact.redact_text(text)}", file=sys.stderr)
         return 2
     if status["code"] == 2:
         return 2

@@ -224,8 +224,8 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
 
     ds, mode = run.dataset, run.dataset.on_too_long
     prepared = Prepared(requests, mode)
-    if run.backend.name not in MODEL_BACKENDS or mode not in ON_TOO_LONG:
-        return [], prepared
+    if mode not in ON_TOO_LONG or (run.backend.name not in MODEL_BACKENDS and ds.max_prompt_tokens is None):
+        return [], prepared  # a backend without the target's tokenizer (synthetic) counts only an explicit limit
     context = (target_cfg or {}).get("max_position_embeddings")
     need = run.max_new_tokens + run.drafter.num_speculative_tokens + 1
     limits = [v for v in (ds.max_prompt_tokens, context - need if context else None) if v is not None]
