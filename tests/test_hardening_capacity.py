@@ -46,3 +46,20 @@ def test_ragged_finish_fits_the_cache_and_stays_lossless(tiny_target, weights, c
         plain = generate(LeanLlama(weights), NoDrafter(ctx), prompts, 0, max_new, GREEDY, set(), clock)
         assert spec.outputs == plain.outputs
         assert all(len(o) == max_new for o in spec.outputs)
+
+
+@pytest.mark.slow
+def test_the_readme_sweep_cell_d4_b4_runs(tmp_path):
+    """`speedbench run sweep=d_by_b -m` failed its D=4, B=4 cell (16 new tokens): the cache was one short."""
+    from speedbench import runner
+    from speedbench.config import DrafterConfig
+    from tests.sweep_helpers import make_run
+
+    run = make_run(tmp_path, "d4b4", categories=("coding", "writing"), max_new_tokens=16, batch_size=4, warmup_batches=0,
+                   drafter=DrafterConfig(name="tiny_draft_small", method="draft_model", num_speculative_tokens=4,
+                                         model="builtin:tiny-draft-small"))
+    run.target.path = "builtin:tiny-target"
+    run.dataset.n_requests = 8
+    cells = runner.run_cells(run, progress=False)
+    assert cells and all(c.status == "ok" for c in cells), [c.error for c in cells]
+    assert all(c.batch_size_run == 4 for c in cells)
