@@ -40,6 +40,9 @@ class SweepGate(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         root = Path(str(config.results_dir)) / str(config.run_id)
+        from .redact import redact_tree
+
+        redact_tree(root / ".hydra")  # multirun.yaml and every job's Hydra files, as the jobs left them
         verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
         _LAST[:] = [verdict]
         (log.info if verdict.ok else log.error)(verdict.message())

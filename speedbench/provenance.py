@@ -10,7 +10,6 @@ import datetime as dt
 import platform
 import subprocess
 import sys
-from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any

@@ -11,7 +11,6 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from pathlib import Path
 
 from . import provenance, runlock, validation
 from .backends.base import BACKENDS, Backend, GenerateSpec

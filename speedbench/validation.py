@@ -162,17 +162,18 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
         return p, target
     draft = None
     if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm"):
-        if not d.model:
+        model = d.model or d.options.get("model")
+        if not model:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
-        else:
+        elif isinstance(model, str):
             try:
-                draft = model_config(d.model)
+                draft = model_config(model)
             except (OSError, ValueError, KeyError) as exc:
-                p.append(f"drafter.model={d.model!r}: {exc}")
+                p.append(f"drafter.model={model!r}: {exc}")
     if target and draft and d.method in SAME_VOCAB.get(backend, ()):
         tv, dv = target.get("vocab_size"), draft.get("vocab_size")
         if tv is not None and dv is not None and tv != dv:
-            p.append(f"drafter.model={d.model!r} has vocab_size {dv} but the target {run.target.path!r} has {tv}; "
+            p.append(f"drafter.model={d.model or d.options.get('model')!r} has vocab_size {dv} but the target {run.target.path!r} has {tv}; "
                      f"method {d.method} on backend={backend} needs the target's tokenizer")
     if target and d.method == "layer_skip":
         n = target.get("num_hidden_layers")

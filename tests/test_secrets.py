@@ -5,7 +5,6 @@ and its stdout/stderr, is searched for each planted secret."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
