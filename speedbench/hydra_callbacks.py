@@ -19,6 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from . import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
 from .sweeps import SweepVerdict, sweep_verdict
 
 log = logging.getLogger(__name__)

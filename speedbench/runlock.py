@@ -120,3 +120,6 @@ def clean_temp(root: Path, own_cells: list[str]) -> list[Path]:
             except OSError:
                 continue
     return removed
+
+
+register_resolver()  # wherever the package runs a Hydra job (also submitit's job processes) the resolver exists
