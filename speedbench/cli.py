@@ -76,7 +76,14 @@ def run_app(argv: list[str]) -> int:
     """Compose conf/ with the overrides in argv and run every cell (Hydra; ``-m`` for sweeps)."""
     import hydra
 
+    from omegaconf import OmegaConf
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from . import redact
     from .config import register_configs, to_run_config
+    from .config import ConfigError
+    from .results.runlock import check_run_id, register_resolver
 
     if not CONF_DIR.is_dir():
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
@@ -84,9 +91,20 @@ def run_app(argv: list[str]) -> int:
     from . import run_output
     from .hydra_callbacks import clear_verdict, take_verdict
 
+    for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
+        name, _, value = arg.partition("=")
+        if name.lstrip("+") == "run_id" and value and not value.startswith("${"):
+            try:
+                for one in value.split(",") if "-m" in argv or "--multirun" in argv else [value]:
+                    check_run_id(one)
+            except ConfigError as exc:
+                print(f"speedbench: {exc}", file=sys.stderr)
+                return 2
     register_configs()
+    register_resolver()
     clear_verdict()
     status = {"code": 0, "root": None, "started": False, "wandb_dir": None}
+    redact.collect(list(argv))
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
@@ -95,31 +113,39 @@ def run_app(argv: list[str]) -> int:
 
         status["started"] = True
         release_stderr()
+        redact.collect(OmegaConf.to_container(cfg, resolve=True))
+        redact.install_log_filter()
+        sys.argv[:] = redact.redact(list(sys.argv))  # what W&B and tracebacks record
+        root = Path(str(cfg.results_dir)) / str(cfg.run_id)  # confined: Hydra's sb_run_dir resolved it
+        fresh = not (root / "cells").exists() and not (root / "provenance.json").exists()
+        redact.redact_tree(root / ".hydra")
         try:
-            run = to_run_config(cfg)
-        except ValueError as exc:
-            print(f"speedbench run: {error_line(exc)}", file=sys.stderr)
-            status["code"] = 2
-            return
-        status["root"] = Path(run.results_dir) / run.run_id
-        if run.logger.name == "wandb" and run.logger.mode == "offline":  # where wandb puts offline runs
-            status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
-        try:
-            cells = runner.run_cells(run, progress=True)
-        except DatasetError as exc:  # bad prompts: every problem, named by file, line and field
-            print(f"speedbench run: {exc}", file=sys.stderr)
-            status["code"] = 2
-            return
-        except (UsageError, FileNotFoundError) as exc:
-            print(f"speedbench run: {error_line(exc)}", file=sys.stderr)
-            status["code"] = 2
-            return
-        if _is_multirun():  # one job of a sweep: hydra_callbacks.SweepGate judges the whole sweep
-            return
-        frac = runner.failure_fraction(cells)
-        if frac > run.sweep.allowed_failure_frac:
-            status["verdict"] = f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})"
-            status["code"] = 1
+            try:
+                run = to_run_config(cfg)
+                status["root"] = Path(run.results_dir) / run.run_id
+                if run.logger.name == "wandb" and run.logger.mode == "offline":  # where wandb puts offline runs
+                    status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
+                cells = runner.run_cells(run, progress=True)
+            except (ConfigError, DatasetError, OmegaConfBaseException) as exc:  # every problem, named
+                print(f"speedbench run: {redact.redact_text(str(exc))}", file=sys.stderr)
+                status["code"] = 2
+                if fresh:
+                    _discard_hydra_output(root)
+                return
+            except (ValueError, UsageError, FileNotFoundError) as exc:  # cross-field checks, a backend refusing its options
+                print(f"speedbench run: {redact.redact_text(error_line(exc))}", file=sys.stderr)
+                status["code"] = 2
+                if fresh and not (root / "cells").exists():
+                    _discard_hydra_output(root)
+                return
+            if _is_multirun():  # one job of a sweep: hydra_callbacks.SweepGate judges the whole sweep
+                return
+            frac = runner.failure_fraction(cells)
+            if frac > run.sweep.allowed_failure_frac:
+                status["verdict"] = f"speedbench: {frac:.0%} of cells failed (allowed {run.sweep.allowed_failure_frac:.0%})"
+                status["code"] = 1
+        finally:
+            redact.redact_tree(root / ".hydra")
 
     sys.argv = ["speedbench run", *argv]
     gate = hold_stderr()
@@ -130,17 +156,29 @@ def run_app(argv: list[str]) -> int:
             if not status["started"]:
                 held = gate.take()
                 sys.stderr = gate.real
-                print(f"speedbench run: {_hydra_error_line(held)}", file=sys.stderr)
+                print(f"speedbench run: {redact.redact_text(_hydra_error_line(held))}", file=sys.stderr)
                 return 2
             return int(exc.code) if isinstance(exc.code, int) else 1
         if not status["started"]:
             return 0  # --help, --cfg, --info
+    except (OmegaConfBaseException, HydraException) as exc:  # compose errors raised as such (HYDRA_FULL_ERROR=1), sb_run_dir
+        if status["started"]:
+            raise
+        held = gate.take()
+        sys.stderr = gate.real
+        cause = exc
+        while cause is not None and not isinstance(cause, ConfigError):
+            cause = cause.__cause__ or cause.__context__
+        text = str(cause) if cause is not None else (_hydra_error_line(held) if held.strip() else error_line(exc))
+        print(f"speedbench run: {redact.redact_text(text)}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
         if status["started"]:
             raise
         held = gate.take()
         sys.stderr = gate.real
-        print(f"speedbench run: {error_line(exc) if not held.strip() else _hydra_error_line(held)}", file=sys.stderr)
+        print(f"speedbench run: {redact.redact_text(error_line(exc) if not held.strip() else _hydra_error_line(held))}",
+              file=sys.stderr)
         return 2
     finally:
         release_stderr()
@@ -172,6 +210,23 @@ def _hydra_error_line(text: str) -> str:
             continue
         kept.append(ln)
     return " ".join(kept) or "invalid arguments (see speedbench run --help)"
+
+
+def _discard_hydra_output(root: Path) -> None:
+    """A refused run writes nothing: remove the Hydra output this job created in a fresh run folder."""
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+
+    out = Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else root / ".hydra" / "run"
+    shutil.rmtree(out, ignore_errors=True)
+    if _is_multirun():
+        return
+    for folder in (root / ".hydra", root):  # only when empty: never another run's files
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def _is_multirun() -> bool:

@@ -12,6 +12,16 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 
+class ConfigError(ValueError):
+    """A run that cannot start; lists every problem."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        head = "invalid configuration" if len(self.problems) > 1 else ""
+        text = "\n".join(f"  - {p}" for p in self.problems) if head else self.problems[0]
+        super().__init__(f"{head} ({len(self.problems)} problem(s)):\n{text}" if head else text)
+
+
 @dataclass
 class ModelConfig:
     """A model: ``builtin:NAME`` (shipped), ``random:PRESET`` (built from config, seeded), a local dir or a hub id."""
@@ -102,7 +112,8 @@ class DatasetConfig:
     n_requests: Optional[int] = None  # stratified across categories with ``seed``
     seed: int = 0
     column_map: dict[str, str] = field(default_factory=dict)
-    max_prompt_tokens: Optional[int] = None
+    max_prompt_tokens: Optional[int] = None  # None: the target's context - max_new_tokens - D (chat-templated)
+    on_too_long: str = "error"  # error | skip | truncate: a prompt over the limit
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from .results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
 from .pipeline.sweeps import SweepVerdict, sweep_verdict
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ class SweepGate(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         root = Path(str(config.results_dir)) / str(config.run_id)
+        from .redact import redact_tree
+
+        redact_tree(root / ".hydra")  # multirun.yaml and every job's Hydra files, as the jobs left them
         verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
         _LAST[:] = [verdict]
         log.debug(verdict.message())  # `speedbench run` prints it once, after the sweep's table

@@ -170,6 +170,13 @@ class CellResult:
     load_avg: float = float("nan")  # 1-minute load average, max over the cell
     steal_frac: float = float("nan")  # CPU steal time / total CPU time over the cell
     threads: int = 0  # compute threads of an in-process engine (0: not known)
+    # output length and the batch actually formed; -1 / None in folders written before they existed
+    max_new_tokens: int = -1
+    ignore_eos: Any = None
+    batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
+
+
+RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize
 
 
 def to_row(record: Any) -> dict[str, Any]:

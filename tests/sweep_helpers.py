@@ -59,3 +59,18 @@ def shared_results() -> Path:
 def copy_results(dst: Path) -> Path:
     shutil.copytree(shared_results(), dst)
     return dst
+
+
+def broken_model_dir(root: Path, name: str = "broken-draft") -> Path:
+    """A drafter folder whose config and tokenizer are fine but whose weights are garbage: it passes the
+    pre-load validation (configs only) and fails when the engine loads it - a genuine runtime failure."""
+    from speedbench.models import resolve_path
+
+    src = Path(resolve_path("builtin:tiny-draft-small"))
+    dst = Path(root) / name
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin")):
+            shutil.copy(f, dst / f.name)
+    (dst / "model.safetensors").write_bytes(b"not a safetensors file")
+    return dst

@@ -57,11 +57,20 @@ def test_multirun_grid_and_resume(tmp_path):
 
 
 def test_a_broken_cell_is_recorded_and_fails_the_run(tmp_path):
-    proc = speedbench(tmp_path, "run_id=broken", "drafter=tiny_draft", "drafter.model=random:no-such-preset", *FAST)
-    assert proc.returncode == 1
+    from tests.sweep_helpers import broken_model_dir
+
+    broken = broken_model_dir(tmp_path)  # valid config, garbage weights: fails only when it loads
+    proc = speedbench(tmp_path, "run_id=broken", "drafter=tiny_draft", f"drafter.model={broken}", *FAST)
+    assert proc.returncode == 1, proc.stderr[-2000:]
     cells = ResultsStore(tmp_path / "broken").cells()
     assert len(cells) == 2 and (cells.status == "failed").all()
-    assert cells.error.str.contains("no-such-preset").all()
+    assert (cells.error.str.len() > 0).all()
+
+
+def test_a_drafter_that_does_not_exist_is_refused_before_running(tmp_path):
+    proc = speedbench(tmp_path, "run_id=missing", "drafter=tiny_draft", "drafter.model=random:no-such-preset", *FAST)
+    assert proc.returncode == 2 and "no-such-preset" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "missing" / "cells").exists()
 
 
 def test_bad_option_is_refused_before_running(tmp_path):

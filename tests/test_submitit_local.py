@@ -4,18 +4,20 @@ failure fraction judged over the whole sweep in the launching process."""
 import json
 
 from speedbench.results import ResultsStore
-from tests.sweep_helpers import run_speedbench
+from tests.sweep_helpers import broken_model_dir, run_speedbench
 
 
 def test_submitit_local_jobs_share_one_results_folder(tmp_path):
     # no run_id given: the default ${now:...} must resolve to the same folder in every job
+    broken = broken_model_dir(tmp_path / "models")  # passes validation (configs only), fails when loaded
+    results = tmp_path / "results"
     proc = run_speedbench(
-        tmp_path, "run", f"results_dir={tmp_path}", "hydra/launcher=local", "drafter=tiny_draft",
+        tmp_path, "run", f"results_dir={results}", "hydra/launcher=local", "drafter=tiny_draft",
         "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2", "max_new_tokens=4", "warmup_batches=0", "sweep.allowed_failure_frac=0.5",
-        "drafter.model=builtin:tiny-draft-small,random:no-such-preset", "-m", timeout=400,
+        f"drafter.model=builtin:tiny-draft-small,{broken}", "-m", timeout=400,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    folders = [p for p in tmp_path.iterdir() if p.is_dir() and not p.is_symlink()]  # not the `latest` pointer
+    folders = [p for p in results.iterdir() if p.is_dir() and not p.is_symlink()]  # not the `latest` pointer
     assert len(folders) == 1, folders
     root = folders[0]
     cells = ResultsStore(root).cells()

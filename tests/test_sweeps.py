@@ -81,8 +81,11 @@ def test_rerun_redoes_failed_cells_and_skips_finished_ones(tmp_path, monkeypatch
 
 def test_failure_fraction_applies_to_the_whole_sweep(tmp_path, in_process, capsys):
     # two jobs, one cell each; the second job's drafter cannot load: 1 of 2 cells fail.
+    from tests.sweep_helpers import broken_model_dir
+
+    broken = broken_model_dir(tmp_path)  # passes validation (configs only), fails when loaded
     sweep = ["run_id=frac", "drafter=tiny_draft", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2",
-             "drafter.model=builtin:tiny-draft-small,random:no-such-preset"]
+             f"drafter.model=builtin:tiny-draft-small,{broken}"]
     # per job, the broken job alone is 100% failed; over the sweep it is 50%
     assert in_process(tmp_path, *sweep, "sweep.allowed_failure_frac=0.5", "-m") == 0
     assert "1 of 2 cells failed (50%), within" in capsys.readouterr().out

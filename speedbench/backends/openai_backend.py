@@ -21,6 +21,14 @@ Poisson ``request_rate``. Per request:
 * ``/metrics`` counter deltas over the whole call go to ``extra["counters"]`` (engine-wide:
   other traffic on the server pollutes them).
 
+Each request is bounded by ``timeout_s`` between bytes, ``connect_timeout_s``,
+``first_token_timeout_s`` (default: ``timeout_s``) and ``request_timeout_s`` for the whole request
+(default: 3 x ``timeout_s``), so a server that trickles keep-alives and never a token cannot hold a
+run. A response counts as ``ok`` only when the stream ended properly (a ``finish_reason`` or
+``data: [DONE]``) and its token count fits the request (at least one token, at most ``max_tokens``;
+exactly ``max_tokens`` with ``finish_reason=length`` or ``ignore_eos``; equal to the server's own
+``usage.completion_tokens``); otherwise the request is recorded failed with the reason.
+
 The API key is read from the environment variable named by ``api_key_env`` at request time;
 it is never written to results or provenance.
 """
@@ -37,7 +45,40 @@ from typing import Any
 from .. import models
 from . import spec_counters
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
-from .openai_stream import StreamResult, stream_request
+from .openai_stream import Deadlines, StreamResult, stream_request
+
+TIMEOUT_OPTIONS = ("timeout_s", "connect_timeout_s", "first_token_timeout_s", "request_timeout_s")
+
+
+def deadlines(opts: dict[str, Any]) -> Deadlines:
+    """The per-request bounds from ``backend.options`` (raises ``ValueError`` naming a bad one)."""
+    for key in TIMEOUT_OPTIONS:
+        value = opts.get(key)
+        if value is None and key in ("first_token_timeout_s", "request_timeout_s"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"backend.options.{key} must be a positive number of seconds, got {value!r}")
+    read = float(opts["timeout_s"])
+    first = float(opts["first_token_timeout_s"] or read)
+    total = float(opts["request_timeout_s"] or 3 * read)
+    return Deadlines(read=read, connect=float(opts["connect_timeout_s"]), first_token=first, total=max(total, first))
+
+
+def check_complete(res: StreamResult, n_tokens: int, exact: bool, spec: GenerateSpec) -> None:
+    """Raise ``RuntimeError`` with the reason when a stream did not end properly or its length is wrong."""
+    if res.finish_reason is None and not res.done:
+        raise RuntimeError(f"incomplete response: the stream ended after {n_tokens} token(s) without a "
+                           "finish_reason or [DONE] (connection closed early?)")
+    limit = spec.max_new_tokens
+    counted = (res.usage or {}).get("completion_tokens")
+    known = n_tokens if exact else counted if isinstance(counted, int) else None
+    if known is not None and known > limit:
+        raise RuntimeError(f"inconsistent response: {known} tokens for max_tokens={limit}")
+    if exact and isinstance(counted, int) and counted != n_tokens:
+        raise RuntimeError(f"inconsistent response: {n_tokens} token ids streamed but usage.completion_tokens={counted}")
+    if known is not None and known < limit and (res.finish_reason == "length" or spec.ignore_eos):
+        why = "finish_reason=length" if res.finish_reason == "length" else "ignore_eos"
+        raise RuntimeError(f"inconsistent response: {known} tokens with {why}, expected max_tokens={limit}")
 
 
 class OpenAIBackend(Backend):
@@ -53,6 +94,7 @@ class OpenAIBackend(Backend):
             raise ValueError("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
         if self.opts["endpoint"] not in ("completions", "chat"):
             raise ValueError(f"backend.options.endpoint must be completions or chat, got {self.opts['endpoint']!r}")
+        self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
 
@@ -134,8 +176,10 @@ class OpenAIBackend(Backend):
             raise RuntimeError(f"the server streamed no tokens (finish_reason={res.finish_reason})")
         ids = res.token_ids
         text = res.text if ids is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        exact = ids is not None
         if ids is None:  # the server did not return ids: re-tokenise its text (approximate for agreement)
             ids = self.tokenizer(res.text, add_special_tokens=False)["input_ids"]
+        check_complete(res, len(ids), exact, spec)
         t_first, t_last = res.chunks[0].t, res.chunks[-1].t
         local_len = len(prompt) if self.opts["endpoint"] == "completions" else 0  # chat: the server's template
         prompt_tokens = int((res.usage or {}).get("prompt_tokens", local_len))
@@ -237,7 +281,7 @@ class _OpenAISession(Session):
     async def run_turn_async(self, turn: TurnInput) -> TurnResult:
         b = self.backend
         body = b._body(self.model, turn.prompt, self.spec)
-        res = await stream_request(self.client, self.url, body, b._headers(), float(b.opts["timeout_s"]))
+        res = await stream_request(self.client, self.url, body, b._headers(), b.deadlines)
         return b.turn_result(res, turn.prompt, self.spec)
 
     async def stop(self) -> None:

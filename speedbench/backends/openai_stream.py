@@ -33,6 +33,7 @@ class StreamResult:
     usage: dict[str, Any] | None = None
     spec_metrics: dict[str, Any] | None = None
     finish_reason: str | None = None
+    done: bool = False  # the server sent ``data: [DONE]``
 
     @property
     def text(self) -> str:
@@ -60,7 +61,13 @@ def parse_event(line: str) -> dict[str, Any] | None:
     payload = line[5:].strip()
     if not payload or payload == "[DONE]":
         return None
-    return json.loads(payload)
+    try:
+        event = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise RuntimeError(f"malformed JSON in the stream ({exc.msg} at column {exc.colno}): {payload[:200]!r}") from None
+    if not isinstance(event, dict):
+        raise RuntimeError(f"malformed event in the stream (not a JSON object): {payload[:200]!r}")
+    return event
 
 
 def chunk_from_event(event: dict[str, Any], t: float, prev_completion_tokens: int | None) -> Chunk | None:
@@ -93,15 +100,63 @@ def chunk_from_event(event: dict[str, Any], t: float, prev_completion_tokens: in
     return Chunk(t=t, n_tokens=n, token_ids=list(ids) if ids is not None else None, text=text)
 
 
-async def stream_request(client, url: str, body: dict[str, Any], headers: dict[str, str], timeout: float) -> StreamResult:
-    """POST ``body`` with ``stream: true`` to ``url`` and time every chunk."""
+@dataclass(frozen=True)
+class Deadlines:
+    """Bounds on one request: ``read`` between bytes, ``connect``, the first token, and the whole request.
+
+    A server that sends SSE keep-alive comments and never a token keeps every read short, so
+    only the first-token and total deadlines end it.
+    """
+
+    read: float = 600.0
+    connect: float = 30.0
+    first_token: float = 600.0
+    total: float = 1800.0
+
+
+class DeadlineExceeded(RuntimeError):
+    pass
+
+
+async def stream_request(client, url: str, body: dict[str, Any], headers: dict[str, str],
+                         timeout: float | Deadlines) -> StreamResult:
+    """POST ``body`` with ``stream: true`` to ``url`` and time every chunk, within ``timeout``'s deadlines."""
+    import asyncio
+
+    import httpx
+
+    limits = timeout if isinstance(timeout, Deadlines) else Deadlines(read=timeout, first_token=timeout, total=max(timeout, 1800.0))
     result = StreamResult(t_send=time.perf_counter())
+    first = min(limits.first_token, limits.total)
+    phase = {"what": f"no token within {first:g} s (first-token deadline)"}
+    try:
+        async with asyncio.timeout(first) as deadline:
+            await _stream(client, url, body, headers, limits, result, deadline, phase)
+    except TimeoutError:
+        got = sum(c.n_tokens or 0 for c in result.chunks)
+        raise DeadlineExceeded(f"{phase['what']}; {got} token(s) received from {url}") from None
+    except httpx.ConnectTimeout:
+        raise DeadlineExceeded(f"could not connect to {url} within {limits.connect:g} s") from None
+    except httpx.ReadTimeout:
+        got = sum(c.n_tokens or 0 for c in result.chunks)
+        raise DeadlineExceeded(f"no data from {url} for {limits.read:g} s (read timeout); {got} token(s) received") from None
+    return result
+
+
+async def _stream(client, url, body, headers, limits: Deadlines, result: StreamResult, deadline, phase) -> None:
+    import httpx
+
+    loop_time = deadline.when() - min(limits.first_token, limits.total)  # the loop clock at send
     completion_tokens = 0
+    timeout = httpx.Timeout(limits.read, connect=limits.connect)
     async with client.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
         if resp.status_code != 200:
             detail = (await resp.aread()).decode(errors="replace")[:500]
             raise RuntimeError(f"HTTP {resp.status_code} from {url}: {detail}")
         async for line in resp.aiter_lines():
+            if line.strip() in ("data: [DONE]", "data:[DONE]"):
+                result.done = True
+                continue
             event = parse_event(line)
             if event is None:
                 continue
@@ -118,5 +173,7 @@ async def stream_request(client, url: str, body: dict[str, Any], headers: dict[s
                 if choice.get("finish_reason"):
                     result.finish_reason = choice["finish_reason"]
             if chunk is not None:
+                if not result.chunks:  # first token: from now on only the whole-request deadline applies
+                    deadline.reschedule(loop_time + limits.total)
+                    phase["what"] = f"the request took longer than {limits.total:g} s (total deadline)"
                 result.chunks.append(chunk)
-    return result

@@ -30,7 +30,10 @@ class OpenAIOptions:
     api_key_env: Optional[str] = None  # name of the environment variable holding the API key
     endpoint: str = "completions"  # completions | chat
     request_rate: float = math.inf  # Poisson arrivals per second; inf = all at once (B in flight)
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # bounds each read
+    connect_timeout_s: float = 30.0
+    first_token_timeout_s: Optional[float] = None  # default: timeout_s
+    request_timeout_s: Optional[float] = None  # the whole request; default: 3 x timeout_s
     metrics: bool = True  # read /metrics counter deltas around each pass
     vllm_extensions: bool = True  # send vLLM's extra fields (return_token_ids, ignore_eos, top_k)
     extra_body: dict[str, Any] = field(default_factory=dict)

@@ -13,8 +13,17 @@ Rows = list[tuple[int, Any]]  # (1-based line or row number, decoded object)
 def read_jsonl(path: Path) -> tuple[Rows, list[Issue]]:
     rows: Rows = []
     issues: list[Issue] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        return [], [Issue(str(path), 0, "", f"cannot read file: {err.strerror or err}")]
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                issues.append(Issue(str(path), number, "", f"invalid UTF-8 at byte {err.start + 1} of the line ({err.reason})"))
+                continue
             if not text.strip():
                 continue
             try:

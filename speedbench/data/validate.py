@@ -46,6 +46,8 @@ def validate_rows(
     first_seen: dict[str, tuple[str, int]] = {}
     for row in rows:
         found = check_record(row.record, path=row.path, line=row.line, known_categories=categories, field_label=field_label)
+        if not found and isinstance(row.record, dict):
+            found = _unencodable(row, field_label)
         issues.extend(found)
         if not isinstance(row.record, dict):
             continue
@@ -63,6 +65,23 @@ def validate_rows(
                 issues.append(
                     Issue(row.path, row.line, field_label("turns"), f"prompt has {n} tokens, over the limit of {max_prompt_tokens} (the model's context)")
                 )
+    return issues
+
+
+def _unencodable(row: Row, field_label: Callable[[str], str]) -> list[Issue]:
+    """Strings no tokenizer can take: lone surrogates (``"\\ud800"`` in JSON) are not UTF-8."""
+    issues = []
+    for key, value in row.record.items():
+        values = value if isinstance(value, list) else [value]
+        for i, text in enumerate(values):
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                name = f"{key}[{i}]" if isinstance(value, list) else str(key)
+                issues.append(Issue(row.path, row.line, field_label(name),
+                                    f"character {err.start + 1} is a lone surrogate ({text[err.start]!r}), not valid Unicode text"))
     return issues
 
 

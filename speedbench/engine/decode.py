@@ -66,7 +66,11 @@ def generate(
     device = target.device
     batch = len(prompts)
     depth = num_speculative_tokens
-    capacity = max(len(p) for p in prompts) + max_new_tokens + depth + 2
+    # A row that finished still rides along in the batched verify forward until every row is
+    # done: its history can end up to D tokens past max_new_tokens (the last step emitted
+    # D + 1 tokens) and each later forward writes 1 + D more positions after that, so the
+    # cache needs max_new_tokens + 2D positions past the longest prompt (+1 spare).
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 2 * depth + 1
     history = History(batch, capacity, device)
     rows_t = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
     for b, r in enumerate(rows_t):

@@ -5,7 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .core import EXIT_CONFIG, GATE_CONF_DIR, GateConfigError, load_config, run_gate
+from dataclasses import replace
+
+from .core import EXIT_CONFIG, GATE_CONF_DIR, GateConfigError, GateInputError, load_config, run_gate
 from .output import format_report, write_json, write_junit
 
 
@@ -16,6 +18,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="gate config: a YAML path or a name in conf/gate/ (default: default)")
     parser.add_argument("--json", type=Path, default=None, help="write the verdict as JSON here")
     parser.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
+    parser.add_argument("--allow-nothing-gated", action="store_true",
+                        help="exit 0 when no check could be judged (every cell below min_requests); default: exit 4")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -28,7 +32,13 @@ def main(args: argparse.Namespace) -> int:
         if not (path / "cells").is_dir():
             print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
             return EXIT_CONFIG
-    report = run_gate(args.baseline, args.current, cfg)
+    if getattr(args, "allow_nothing_gated", False):
+        cfg = replace(cfg, allow_nothing_gated=True)
+    try:
+        report = run_gate(args.baseline, args.current, cfg)
+    except GateInputError as exc:
+        print(f"speedbench gate: unusable input: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     print(format_report(report))
     if args.json:
         write_json(report, args.json)

@@ -8,11 +8,15 @@ A geometric mean over all cells is gated the same way (``per_cell: false`` on a 
 only that pooled row, for cells too small or too noisy alone). Tolerances live in ``conf/gate/``.
 
 Exit codes: 0 pass; 1 a regression (or a cell that failed in the current run);
-2 a usage or config error; 3 cells that do not match (baseline cells missing from the
-current run, or no common cells at all).
+2 a usage or config error, or an input folder that cannot be read (a corrupted cell file or
+request table, named); 3 cells that do not match (baseline cells missing from the
+current run, or no common cells at all); 4 nothing was gated: every matched cell had fewer
+requests than ``min_requests`` (or no usable measurement), so no check could fail; opt in to
+accepting that with ``allow_nothing_gated: true`` in the gate config or ``--allow-nothing-gated``.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +28,17 @@ import yaml
 from . import stats as gate_stats
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
-from ..results.store import ResultsStore
 
-EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH = 0, 1, 2, 3
+EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED = 0, 1, 2, 3, 4
 GATE_CONF_DIR = gate_conf_dir()  # conf/gate/ of a checkout, speedbench/conf/gate of a wheel
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
 INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
 BAD = (REGRESSED, FAILED)
+JUDGED = (PASS, IMPROVED, REGRESSED, FAILED)  # verdicts that could have failed the gate
+
+
+class GateInputError(ValueError):
+    """A results folder the gate cannot read (names the file)."""
 
 
 class GateConfigError(ValueError):
@@ -51,9 +59,11 @@ class GateConfig:
     seed: int = 0
     min_requests: int = 2  # fewer matched requests in a cell: reported, not gated
     pooled: bool = True  # also gate the geometric mean over all cells
+    allow_nothing_gated: bool = False  # true: a run where no check was judged passes (exit 0)
 
 
-SCALARS = {"confidence": float, "n_resamples": int, "seed": int, "min_requests": int, "pooled": bool}
+SCALARS = {"confidence": float, "n_resamples": int, "seed": int, "min_requests": int, "pooled": bool,
+           "allow_nothing_gated": bool}
 
 
 def load_config(path_or_name: str | Path) -> GateConfig:
@@ -79,6 +89,8 @@ def load_config(path_or_name: str | Path) -> GateConfig:
                 raise GateConfigError(f"gate config {path}: {key}.per_cell must be true or false, got {per_cell!r}")
             rules[key] = MetricRule(float(tol), per_cell)
         elif key in SCALARS:
+            if SCALARS[key] is bool and not isinstance(value, bool):
+                raise GateConfigError(f"gate config {path}: {key} must be true or false, got {value!r}")
             kwargs[key] = SCALARS[key](value)
         else:
             known = sorted([*gate_stats.METRICS, *SCALARS])
@@ -121,14 +133,26 @@ class GateReport:
     new: list[str] = field(default_factory=list)  # in current only: not gated
 
     @property
+    def nothing_gated(self) -> bool:
+        """No check was judged: every cell was insufficient / n/a / info and no pooled row was judged."""
+        return not any(c.verdict in JUDGED for c in self.checks)
+
+    @property
     def exit_code(self) -> int:
         if self.missing or not any(c.cell_id != "ALL" for c in self.checks):
             return EXIT_MISMATCH
-        return EXIT_REGRESSION if any(c.verdict in BAD for c in self.checks) else EXIT_PASS
+        if any(c.verdict in BAD for c in self.checks):
+            return EXIT_REGRESSION
+        if self.nothing_gated and not self.config.allow_nothing_gated:
+            return EXIT_NOTHING_GATED
+        return EXIT_PASS
 
     @property
     def verdict(self) -> str:
-        return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_MISMATCH: "mismatch"}[self.exit_code]
+        if self.exit_code == EXIT_PASS and self.nothing_gated:
+            return "pass-nothing-gated"
+        return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_MISMATCH: "mismatch",
+                EXIT_NOTHING_GATED: "nothing-gated"}[self.exit_code]
 
 
 def label(row: dict) -> str:
@@ -146,7 +170,41 @@ def judge(ratio: float, low: float, high: float, tol: float) -> str:
 
 def _requests(root: Path, cell_id: str) -> gate_stats.RequestArrays | None:
     path = root / "requests" / f"{cell_id}.parquet"
-    return gate_stats.RequestArrays.from_frame(pd.read_parquet(path)) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        return gate_stats.RequestArrays.from_frame(pd.read_parquet(path))
+    except Exception as exc:  # noqa: BLE001 - any read or schema failure makes the input unusable
+        raise GateInputError(f"{path}: unreadable request table ({type(exc).__name__}: {exc})") from exc
+
+
+CELL_KEYS = ("cell_id", "status", "drafter", "num_speculative_tokens", "batch_size", "temperature", "category",
+             "n_requests")
+
+
+def read_cells(root: Path, metrics) -> dict[str, dict]:
+    """The cell rows of ``root`` by id; a file that is not a whole, well-formed cell is a ``GateInputError``."""
+    rows: dict[str, dict] = {}
+    for path in sorted((Path(root) / "cells").glob("*.json")):
+        try:
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise GateInputError(f"{path}: unreadable cell file ({type(exc).__name__}: {exc})") from exc
+        if not isinstance(row, dict):
+            raise GateInputError(f"{path}: a cell file must hold one JSON object, got {type(row).__name__}")
+        missing = [k for k in (*CELL_KEYS, *metrics) if k not in row]
+        if missing:
+            raise GateInputError(f"{path}: not a cell row, missing {missing}")
+        if row["cell_id"] != path.stem:
+            raise GateInputError(f"{path}: cell_id {row['cell_id']!r} does not match the file name")
+        for key in metrics:
+            value = row[key]
+            if value is None:
+                row[key] = math.nan
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise GateInputError(f"{path}: {key} must be a number, got {value!r}")
+        rows[row["cell_id"]] = row
+    return rows
 
 
 def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: dict) -> list[tuple[Check, gate_stats.RatioEstimate | None]]:
@@ -189,8 +247,8 @@ def _is_hex(text: str) -> bool:
 
 
 def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
-    base_rows = {r["cell_id"]: r for r in ResultsStore(baseline).cells().to_dict("records")}
-    cur_rows = {r["cell_id"]: r for r in ResultsStore(current).cells().to_dict("records")}
+    base_rows = read_cells(baseline, cfg.rules)
+    cur_rows = read_cells(current, cfg.rules)
     report = GateReport(str(baseline), str(current), cfg)
     report.missing = [f"{cid} ({label(r)})" for cid, r in base_rows.items() if cid not in cur_rows]
     report.new = [f"{cid} ({label(r)})" for cid, r in cur_rows.items() if cid not in base_rows]

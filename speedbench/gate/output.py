@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .core import BAD, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
+from .core import BAD, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
 from ..results.store import atomic_write_text
 
 
@@ -37,6 +37,12 @@ def format_report(report: GateReport) -> str:
         tail = "MISMATCH: no cell in common between baseline and current (cell ids hash the settings; compare like with like)"
     elif n_bad:
         tail = f"FAIL: {n_bad} check(s) regressed beyond tolerance (ratio's upper bound < min ok)"
+    elif report.exit_code == EXIT_NOTHING_GATED:
+        tail = (f"NOTHING GATED: no check could be judged (every cell below min_requests={report.config.min_requests} "
+                "or without a usable measurement); a regression would have passed unseen. Run more requests per cell, "
+                "or accept this with --allow-nothing-gated / allow_nothing_gated: true")
+    elif report.nothing_gated:
+        tail = "PASS (nothing gated: allowed by allow_nothing_gated)"
     else:
         tail = "PASS"
     return "\n".join(lines + [tail])
@@ -86,7 +92,11 @@ def write_junit(report: GateReport, path: Path) -> None:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="speedbench.gate.missing", name=cell, time="0")
         ET.SubElement(case, "error", message="cell missing from the current run", type="mismatch").text = cell
-    if report.exit_code != EXIT_PASS and not (failures or errors):  # e.g. no cell in common
+    if report.exit_code == EXIT_NOTHING_GATED:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="speedbench.gate", name="something gated", time="0")
+        ET.SubElement(case, "error", message="nothing gated: every cell below min_requests", type="nothing-gated")
+    elif report.exit_code != EXIT_PASS and not (failures or errors):  # e.g. no cell in common
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="speedbench.gate", name="cells match", time="0")
         ET.SubElement(case, "error", message="no cell in common", type="mismatch")

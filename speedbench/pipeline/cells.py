@@ -14,7 +14,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from .. import metrics
 from ..backends.base import GenerateOutput
 from ..config import ProtocolConfig, RunConfig
-from ..records import STATUS_FAILED, STATUS_OK, CellResult
+from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult
 
 NAN = math.nan
 
@@ -44,7 +44,7 @@ class CellKey:
             "batch_size": run.batch_size,
             "sampling": asdict_clean(run.sampling, drop=("name",)),
             "backend": asdict_clean(run.backend, drop=("num_threads",)),
-            "dataset": asdict_clean(run.dataset, drop=("name",)),
+            "dataset": dataset_identity(run.dataset),
             "category": category,
             "context_bucket": context_bucket,
             "max_new_tokens": run.max_new_tokens,
@@ -57,6 +57,15 @@ class CellKey:
             temperature=run.sampling.temperature, top_p=run.sampling.top_p, top_k=run.sampling.top_k,
             backend=run.backend.name, dataset=run.dataset.name, category=category, context_bucket=context_bucket,
         )
+
+
+def dataset_identity(dataset) -> dict:
+    """The dataset settings that define a cell; ``on_too_long`` only when it changes the prompts
+    (its default, ``error``, keeps the ids of folders written before it existed)."""
+    ident = asdict_clean(dataset, drop=("name", "on_too_long"))
+    if getattr(dataset, "on_too_long", "error") != "error":
+        ident["on_too_long"] = dataset.on_too_long
+    return ident
 
 
 def drafter_identity(drafter) -> dict:
@@ -107,7 +116,7 @@ def failed_cell(key: CellKey, error: str, device: str, n_gpus: int) -> CellResul
     """A cell that could not be measured: every metric NaN, the error recorded."""
     values = {}
     for f in fields(CellResult):
-        if f.name in _key_fields(key) or f.name in ("status", "error", "extra", "device", "n_gpus"):
+        if f.name in _key_fields(key) or f.name in ("status", "error", "extra", "device", "n_gpus", *RUN_SETTING_FIELDS):
             continue
         if f.default is not MISSING:  # protocol and noise columns: their own defaults (NaN, 0, False)
             continue

@@ -11,17 +11,16 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from pathlib import Path
 
 from ..backends.base import BACKENDS, Backend, GenerateSpec
 from ..config import DrafterConfig, RunConfig
-from ..results import provenance
-from . import conversations, protocol
-from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
-from ..data import DatasetSpec, load_requests
+from ..data import DatasetSpec
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, to_row
+from ..results import provenance, runlock
 from ..results.store import ResultsStore
+from . import conversations, protocol, validation
+from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
 
 log = logging.getLogger(__name__)
 BASELINE = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
@@ -43,16 +42,6 @@ def dataset_spec(run: RunConfig) -> DatasetSpec:
         n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens,
         column_map=dict(d.column_map), max_prompt_tokens=d.max_prompt_tokens,
     )
-
-
-def _tokenizer_for_limits(run: RunConfig):
-    """The target's tokenizer, only when the dataset sets a prompt-length limit to enforce."""
-    if run.dataset.max_prompt_tokens is None:
-        return None
-    from ..models import load_tokenizer
-
-    t = run.target
-    return load_tokenizer(t.path, t.revision, t.trust_remote_code)
 
 
 def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[tuple[str, str], list[Request]]":
@@ -79,12 +68,16 @@ def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
     return time.perf_counter() - t0
 
 
-def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
-    """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows."""
-    requests = load_requests(dataset_spec(run), _tokenizer_for_limits(run))  # bad input fails here
-    if not requests:
-        raise ValueError(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
-    store = ResultsStore(Path(run.results_dir) / run.run_id)
+def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepared | None" = None) -> list[CellResult]:
+    """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows.
+
+    Everything that can be checked without weights is checked first (``validation.prepare``,
+    the run folder's confinement, writability and cell locks): a bad input raises
+    ``validation.ConfigError`` before any model loads.
+    """
+    prepared = validation.prepare(run) if prepared is None else prepared
+    requests = prepared.requests
+    store = ResultsStore(runlock.run_folder(run.results_dir, run.run_id))
     groups = group_requests(requests, run.per_category)
     keys = [(CellKey.for_run(run, cat, bucket), reqs) for (cat, bucket), reqs in groups.items()]
     todo = [(k, r) for k, r in keys if not (run.resume and store.finished(k.cell_id))]
@@ -93,14 +86,25 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
         log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
     if not todo:
         return []
-    logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
+    runlock.check_writable(store.root)
+    locks = runlock.CellLocks(store.root)
+    locks.acquire([k.cell_id for k, _ in todo])
     try:
-        return _measure(run, requests, store, todo, logger, progress)
+        runlock.clean_temp(store.root, locks.held)
+        # another process may have finished some of these cells between the check above and the lock
+        todo = [(k, r) for k, r in todo if not (run.resume and store.finished(k.cell_id))]
+        if not todo:
+            return []
+        logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
+        try:
+            return _measure(run, requests, store, todo, logger, progress, prepared)
+        finally:
+            logger.close()
     finally:
-        logger.close()
+        locks.release()
 
 
-def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool) -> list[CellResult]:
+def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
     backend = get_backend(run)
     backend.check(run.drafter, run.batch_size)
     info = backend.info()
@@ -110,7 +114,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         warmup_s = warm_up(backend, run, requests)
     except Exception as exc:  # the engine cannot run at all: record every cell as failed
         log.exception("warm-up failed")
-        cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run) for k, _ in todo]
+        cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run, r, prepared)
+                 for k, r in todo]
         for c in cells:
             store.write_cell(c)
             logger.log_cell(c, store)
@@ -124,7 +129,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
-            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol), run)
+            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol), run, reqs, prepared)
             reason = m.instability(cell.speedup_noise, run.protocol)
             cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
@@ -135,7 +140,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
-            cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run)
+            cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run, reqs, prepared)
             store.write_cell(cell)
         logger.log_cell(cell, store)
         cells.append(cell)
@@ -143,11 +148,24 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     return cells
 
 
-def _with_config(cell: CellResult, run: RunConfig) -> CellResult:
-    """Each cell carries the (redacted) settings that produced it: a sweep's cells differ."""
+def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> CellResult:
+    """Each cell carries the (redacted) settings that produced it: a sweep's cells differ; the output
+    length, the batch actually formed, and what happened to over-long prompts."""
     config = provenance.redact(run)
     config.pop("logger", None)
-    return replace(cell, extra={**cell.extra, "config": config})
+    extra = {**cell.extra, "config": config}
+    ran = min(run.batch_size, len(reqs)) if reqs else -1
+    if 0 < ran < run.batch_size:
+        extra["batch_size_note"] = f"only {len(reqs)} prompt(s) in this cell: batches of {ran}, not batch_size={run.batch_size}"
+        log.warning("cell %s: %s", cell.cell_id, extra["batch_size_note"])
+    if prepared is not None:
+        ids = {r.request_id for r in reqs}
+        extra["on_too_long"] = prepared.on_too_long
+        extra["prompt_token_limit"] = prepared.limit
+        extra["prompts_skipped"] = sum(1 for cat, _ in prepared.skipped.values() if not run.per_category or cat == cell.category)
+        extra["prompts_truncated"] = len(ids & set(prepared.truncated))
+    return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran)
+
 
 
 class _Progress:

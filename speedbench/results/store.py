@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from ..records import STATUS_OK, CellResult, field_names, to_row
+from ..redact import redact
 
 CELL_COLUMNS = field_names(CellResult)
 
@@ -104,11 +105,11 @@ class ResultsStore:
             atomic_write_parquet(self.root / "requests" / f"{cell.cell_id}.parquet", _frame(records))
         if steps:
             atomic_write_parquet(self.root / "steps" / f"{cell.cell_id}.parquet", _frame(steps))
-        atomic_write_text(self.root / "cells" / f"{cell.cell_id}.json", dumps(to_row(cell)))
+        atomic_write_text(self.root / "cells" / f"{cell.cell_id}.json", dumps(redact(to_row(cell))))
         self.rebuild_table()
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
-        atomic_write_text(self.root / "provenance.json", dumps(provenance))
+        atomic_write_text(self.root / "provenance.json", dumps(redact(provenance)))
 
     def rebuild_table(self) -> pd.DataFrame:
         table = self.cells()
@@ -152,7 +153,11 @@ class ResultsStore:
 
 def _frame(records: list[Any]) -> pd.DataFrame:
     rows = [to_row(r) if not isinstance(r, dict) else r for r in records]
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for col in frame.columns:  # error texts may quote a URL or a header: every string column is redacted
+        if frame[col].map(lambda v: isinstance(v, str)).any():
+            frame[col] = frame[col].map(lambda v: redact(v) if isinstance(v, str) else v)
+    return frame
 
 
 def _concat(folder: Path) -> pd.DataFrame:

@@ -1,0 +1,286 @@
+"""One validation pass over a whole run, before any model loads.
+
+:func:`prepare` checks the configuration against the target's and the drafter's configs
+(``config.json`` and tokenizer files, never weights; ``builtin:`` names resolve to the shipped
+folders, ``random:`` presets to their in-code configs) and the prompts against the target's
+context, and returns the requests to run. Every problem found is reported at once in one
+:class:`ConfigError` naming the key (or ``file:line: field``); the CLI prints it without a
+traceback and exits 2, having written nothing.
+
+Prompt length: each request's prompt is counted as the engine feeds it, through the target's
+chat template (earlier turns with empty replies, plus ``max_new_tokens`` per earlier reply),
+against ``dataset.max_prompt_tokens`` or, when unset, the target's context minus
+``max_new_tokens`` minus D minus 1 (the bonus token). ``dataset.on_too_long`` decides what
+happens to a prompt over the limit: ``error`` (refuse the run), ``skip`` (drop it) or
+``truncate`` (cut its longest turn at a token boundary until it fits); each cell records the
+choice and how many of its prompts it affected.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError  # noqa: F401 - re-exported: the error every check raises
+
+ON_TOO_LONG = ("error", "skip", "truncate")
+MODEL_BACKENDS = ("torch", "hf", "vllm", "openai")  # backends that tokenize with the target's tokenizer
+SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",)}  # methods that need the target's vocabulary
+
+
+@dataclass
+class Prepared:
+    requests: list
+    on_too_long: str = "error"
+    limit: int | None = None
+    skipped: dict[str, tuple[str, int]] = field(default_factory=dict)  # request_id -> (category, prompt tokens)
+    truncated: dict[str, int] = field(default_factory=dict)  # request_id -> prompt tokens before the cut
+
+
+# ---- model configs without weights ----------------------------------------------------------------------------
+def model_config(path: str) -> dict[str, Any] | None:
+    """vocab_size / num_hidden_layers / max_position_embeddings of a model; None when only a hub id
+    (not checked: reading it would need the network). Raises ``FileNotFoundError`` / ``ValueError``."""
+    from .. import models
+
+    if path.startswith("random:"):
+        preset = path.split(":", 1)[1]
+        if preset not in models.RANDOM_PRESETS:
+            raise ValueError(f"unknown random preset {preset!r}; known: {sorted(models.RANDOM_PRESETS)}")
+        return {"vocab_size": len(models.byte_tokenizer()), "max_position_embeddings": 4096,
+                **models.RANDOM_PRESETS[preset]}
+    local = Path(models.resolve_path(path)).expanduser()
+    if not local.exists():
+        if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+            raise FileNotFoundError(f"{path!r} is neither a folder nor a hub id (owner/name)")
+        return None
+    cfg_path = local / "config.json"
+    try:
+        data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    return {**data, **text}
+
+
+def _check_number(problems, key, value, low=None, high=None, low_open=False, integer=False):
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = float(value).is_integer()
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if not ok:
+        rng = f"{'(' if low_open else '['}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+        problems.append(f"{key}={value!r}: must be {'an integer' if integer else 'a number'} in {rng}")
+
+
+def check_settings(run) -> list[str]:
+    """Ranges and cross-field checks that need no file."""
+    p: list[str] = []
+    s, d = run.sampling, run.drafter
+    _check_number(p, "sampling.temperature", s.temperature, 0)
+    _check_number(p, "sampling.top_p", s.top_p, 0, 1, low_open=True)
+    _check_number(p, "sampling.top_k", s.top_k, 0, integer=True)
+    _check_number(p, "batch_size", run.batch_size, 1, integer=True)
+    _check_number(p, "max_new_tokens", run.max_new_tokens, 1, integer=True)
+    _check_number(p, "warmup_batches", run.warmup_batches, 0, integer=True)
+    _check_number(p, "n_gpus", run.n_gpus, 1, integer=True)
+    _check_number(p, "drafter.num_speculative_tokens", d.num_speculative_tokens, 0, integer=True)
+    if d.method == "none" and d.num_speculative_tokens != 0:
+        p.append("drafter.num_speculative_tokens must be 0 for drafter.method=none")
+    if d.method != "none" and d.num_speculative_tokens < 1:
+        p.append(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
+    if hasattr(d, "prompt_lookup_min"):
+        _check_number(p, "drafter.prompt_lookup_min", d.prompt_lookup_min, 1, integer=True)
+        _check_number(p, "drafter.prompt_lookup_max", d.prompt_lookup_max, d.prompt_lookup_min, integer=True)
+    _check_number(p, "faults.delay_ms", run.faults.delay_ms, 0)
+    ds = run.dataset
+    if ds.on_too_long not in ON_TOO_LONG:
+        p.append(f"dataset.on_too_long={ds.on_too_long!r}: must be one of {', '.join(ON_TOO_LONG)}")
+    if ds.max_prompt_tokens is not None:
+        _check_number(p, "dataset.max_prompt_tokens", ds.max_prompt_tokens, 1, integer=True)
+    if ds.n_requests is not None:
+        _check_number(p, "dataset.n_requests", ds.n_requests, 1, integer=True)
+    return p
+
+
+def known_methods(backend: str) -> tuple[str, ...] | None:
+    """Drafter methods ``backend`` can run; None when the engine decides (server, synthetic)."""
+    if backend == "torch":
+        from ..drafters.registry import DRAFTERS
+
+        return tuple(DRAFTERS.names())
+    if backend == "hf":
+        from ..backends.hf_backend import METHODS
+
+        return METHODS
+    if backend == "vllm":
+        try:
+            from ..backends.vllm_spec import supported_methods
+
+            return ("none", *sorted(supported_methods()))
+        except Exception:  # noqa: BLE001 - no vLLM installed: the backend says so when it starts
+            return None
+    return None
+
+
+def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
+    """The drafter against the target, from their configs. Returns problems and the target's config."""
+    p: list[str] = []
+    backend, d = run.backend.name, run.drafter
+    from ..backends.base import BACKENDS
+
+    if backend not in BACKENDS:
+        p.append(f"backend.name={backend!r} is not a known backend; known: {BACKENDS.names()}")
+    methods = known_methods(backend)
+    if methods is not None and d.method not in methods:
+        p.append(f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}")
+    if backend == "synthetic":
+        return p, None
+    target = None
+    try:
+        target = model_config(run.target.path)
+    except (OSError, ValueError, KeyError) as exc:
+        p.append(f"target.path={run.target.path!r}: {exc}")
+    if backend == "openai":
+        return p, target
+    draft = None
+    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm"):
+        model = getattr(d, "model", None) or d.engine_args.get("model")
+        if not model:
+            p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
+        elif isinstance(model, str):
+            try:
+                draft = model_config(model)
+            except (OSError, ValueError, KeyError) as exc:
+                p.append(f"drafter.model={model!r}: {exc}")
+    if target and draft and d.method in SAME_VOCAB.get(backend, ()):
+        tv, dv = target.get("vocab_size"), draft.get("vocab_size")
+        if tv is not None and dv is not None and tv != dv:
+            p.append(f"drafter.model={model!r} has vocab_size {dv} but the target {run.target.path!r} has {tv}; "
+                     f"method {d.method} on backend={backend} needs the target's tokenizer")
+    if target and d.method == "layer_skip":
+        n = target.get("num_hidden_layers")
+        if n is not None and not (isinstance(d.num_layers, int) and 1 <= d.num_layers <= n):
+            p.append(f"drafter.num_layers={d.num_layers!r}: must be in [1, {n}] (the target has {n} layers)")
+    return p, target
+
+
+# ---- prompts ---------------------------------------------------------------------------------------------------
+def _where(spec) -> dict[str, tuple[str, int]]:
+    from ..data.sources import get_source
+
+    try:
+        rows, _ = get_source(spec.source).load(spec)
+    except Exception:  # noqa: BLE001 - positions are a courtesy; load_requests reported real problems
+        return {}
+    return {str(r.record.get("question_id")): (r.path, r.line) for r in rows if isinstance(r.record, dict)}
+
+
+def prompt_tokens(tokenizer, turns, max_new_tokens: int) -> int:
+    """Tokens the engine feeds for the last turn: the chat-templated conversation, earlier replies
+    counted at their longest (``max_new_tokens`` each)."""
+    from ..data.chat import render_conversation
+
+    history = [(u, "") for u in turns[:-1]]
+    ids = render_conversation(tokenizer, history, turns[-1], tokenize=True)
+    return len(ids) + max_new_tokens * (len(turns) - 1)
+
+
+def _truncate(tokenizer, turns, limit: int, max_new_tokens: int):
+    turns = list(turns)
+    for _ in range(8):
+        n = prompt_tokens(tokenizer, turns, max_new_tokens)
+        if n <= limit:
+            return tuple(turns)
+        i = max(range(len(turns)), key=lambda j: len(turns[j]))
+        ids = tokenizer(turns[i], add_special_tokens=False)["input_ids"]
+        keep = len(ids) - (n - limit) - 1
+        if keep < 1:
+            return None
+        turns[i] = tokenizer.decode(ids[:keep], skip_special_tokens=True)
+    return tuple(turns) if prompt_tokens(tokenizer, turns, max_new_tokens) <= limit else None
+
+
+def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
+    from dataclasses import replace
+
+    from ..models import load_tokenizer
+
+    ds, mode = run.dataset, run.dataset.on_too_long
+    prepared = Prepared(requests, mode)
+    if mode not in ON_TOO_LONG or (run.backend.name not in MODEL_BACKENDS and ds.max_prompt_tokens is None):
+        return [], prepared  # a backend without the target's tokenizer (synthetic) counts only an explicit limit
+    context = (target_cfg or {}).get("max_position_embeddings")
+    need = run.max_new_tokens + run.drafter.num_speculative_tokens + 1
+    limits = [v for v in (ds.max_prompt_tokens, context - need if context else None) if v is not None]
+    if not limits:
+        return [], prepared
+    limit = prepared.limit = min(limits)
+    if limit < 1:
+        return [f"max_new_tokens={run.max_new_tokens} + D={run.drafter.num_speculative_tokens} + 1 leave no room "
+                f"for a prompt in the target's context of {context}"], prepared
+    t = run.target
+    try:
+        tokenizer = load_tokenizer(t.path, t.revision, t.trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot load is a config problem
+        return [f"target.path={t.path!r}: cannot load its tokenizer: {exc}"], prepared
+    where = None
+    problems, kept = [], []
+    origin = "dataset.max_prompt_tokens" if ds.max_prompt_tokens is not None and ds.max_prompt_tokens == limit else \
+        f"context {context} - max_new_tokens {run.max_new_tokens} - D {run.drafter.num_speculative_tokens} - 1"
+    for req in requests:
+        n = prompt_tokens(tokenizer, req.turns, run.max_new_tokens)
+        if n <= limit:
+            kept.append(req)
+            continue
+        if mode == "skip":
+            prepared.skipped[req.request_id] = (req.category, n)
+            continue
+        if mode == "truncate":
+            turns = _truncate(tokenizer, req.turns, limit, run.max_new_tokens)
+            if turns is not None:
+                prepared.truncated[req.request_id] = n
+                kept.append(replace(req, turns=turns))
+                continue
+        where = _where(run_dataset_spec(run)) if where is None else where
+        path, line = where.get(req.request_id, (ds.path, 0))
+        problems.append(f"{path}:{line}: turns: request {req.request_id!r} is {n} tokens after the chat template, "
+                        f"over the limit of {limit} ({origin}); set dataset.on_too_long=skip|truncate to run without it")
+    prepared.requests = kept
+    if not problems and not kept:
+        problems.append(f"dataset {ds.name!r}: every prompt is over the limit of {limit} tokens ({origin})")
+    return problems, prepared
+
+
+def run_dataset_spec(run):
+    from .runner import dataset_spec
+
+    return dataset_spec(run)
+
+
+def prepare(run) -> Prepared:
+    """Validate ``run`` end to end (no weights loaded) and return the requests it will measure."""
+    from ..data import load_requests
+    from ..data.errors import DatasetError
+
+    problems = check_settings(run)
+    model_problems, target_cfg = check_models(run)
+    problems += model_problems
+    try:
+        spec = run_dataset_spec(run)
+        requests = load_requests(spec, None)
+    except DatasetError as exc:
+        raise ConfigError([*problems, str(exc)]) from None
+    if not requests:
+        problems.append(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
+    if problems:
+        raise ConfigError(problems)
+    prompt_problems, prepared = check_prompts(run, requests, target_cfg)
+    if prompt_problems:
+        raise ConfigError(prompt_problems)
+    return prepared

@@ -1,0 +1,164 @@
+"""One redaction for every sink: results, provenance, Hydra's files, logs, stdout, W&B.
+
+What counts as a secret:
+
+* the value under a key whose name has a credential word as one of its ``_``/``-``/``.``
+  separated parts (key, apikey, token, secret, password, passwd, pwd, auth, authorization,
+  credential(s), bearer, cookie, session, signature, sig) - so ``endpoint_auth`` and
+  ``api_key`` are secrets, ``max_new_tokens`` and ``tokenizer`` are not; names ending in
+  ``_env`` name an environment variable and are kept;
+* in any string: URL userinfo (``scheme://user:PASSWORD@host``), URL query parameters and
+  ``name=value`` / ``name: value`` pairs whose name is a credential name, ``Bearer ...``,
+  strings shaped like API keys (``sk-``, ``hf_``, ``ghp_``, JWTs ...);
+* any value registered with :func:`remember` (the run's own secrets, found in its config)
+  and the value of every environment variable whose name is a credential name.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any
+
+REDACTED = "<redacted>"
+SECRET_WORDS = frozenset({
+    "key", "apikey", "token", "secret", "secrets", "password", "passwd", "auth", "authorization",
+    "credential", "credentials", "bearer", "cookie", "session", "signature", "sig", "privatekey",
+})
+_PARTS = re.compile(r"[_\-.\s]+")
+_NAME = r"[A-Za-z0-9_.\-]*"
+_VALUE_SHAPES = re.compile(r"\b(sk-|hf_|ghp_|gho_|ghs_|github_pat_|xox[bap]-|eyJ)[A-Za-z0-9_\-.]{8,}")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/@\s'\"]+)@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
+# name=value (command lines, query strings, overrides) and name: value (YAML, logs)
+_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-+]+)(?P<sep>['\"]?\s*(?:=|:(?!//))\s*)(?P<q>['\"]?)(?P<value>[^\s&,;'\"}\]]+)")
+_KNOWN: set[str] = set()
+MIN_SECRET_LEN = 6  # shorter values (e.g. 'true', '1') would redact ordinary text
+
+
+NOT_SECRET = frozenset({"full_key", "sort_key", "cache_key", "primary_key", "foreign_key", "key_type", "keys",
+                        "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir"})
+
+
+def is_secret_name(name: Any) -> bool:
+    text = str(name).lstrip("+~").lower()
+    if text.endswith("_env") or text.endswith("-env"):
+        return False
+    leaf = text.rsplit(".", 1)[-1]
+    if leaf in NOT_SECRET:
+        return False
+    parts = [p for p in _PARTS.split(leaf) if p]
+    return any(p in SECRET_WORDS for p in parts) or leaf.replace("_", "").replace("-", "") in SECRET_WORDS
+
+
+def env_secrets() -> set[str]:
+    return {v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LEN}
+
+
+def remember(value: Any) -> None:
+    """Redact ``value`` (a secret string) wherever it appears from now on in this process."""
+    if isinstance(value, str) and len(value) >= MIN_SECRET_LEN and value != REDACTED:
+        _KNOWN.add(value)
+
+
+def collect(obj: Any) -> None:
+    """Remember the secrets in a config: values under secret names, URL passwords and query tokens."""
+    if is_dataclass(obj):
+        obj = asdict(obj)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if is_secret_name(k) and isinstance(v, (str, int)) and not isinstance(v, bool):
+                remember(str(v))
+            collect(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            collect(v)
+    elif isinstance(obj, str):
+        for m in _USERINFO.finditer(obj):
+            userinfo = m.group(2)
+            remember(userinfo.split(":", 1)[1] if ":" in userinfo else userinfo)
+        for m in _PAIR.finditer(obj):
+            if is_secret_name(m.group("name")):
+                remember(m.group("value"))
+
+
+def _pair(m: re.Match) -> str:
+    if not is_secret_name(m.group("name")) or m.group("value") == REDACTED:
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{m.group('q')}{REDACTED}"
+
+
+def redact_text(text: str) -> str:
+    if not text:
+        return text
+    for secret in sorted(_KNOWN | env_secrets(), key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    text = _VALUE_SHAPES.sub(REDACTED, text)
+    return _PAIR.sub(_pair, text)
+
+
+def redact(obj: Any) -> Any:
+    """A copy of ``obj`` (dataclass, dict, list, str, ...) with every secret replaced by ``<redacted>``."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        obj = asdict(obj)
+    if isinstance(obj, dict):
+        return {k: (REDACTED if is_secret_name(k) and v not in (None, "") and not isinstance(v, (dict, list, bool))
+                    else redact(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def redact_file(path: Path) -> None:
+    """Rewrite a text file in place, redacted (Hydra's config/overrides/log files)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return
+    clean = redact_text(text)
+    if clean != text:
+        tmp = path.with_name(f".{path.name}.redact.tmp")
+        tmp.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        os.replace(tmp, path)
+
+
+def redact_tree(root: Path, suffixes=(".yaml", ".yml", ".log", ".json", ".txt")) -> None:
+    """Redact every text file under ``root`` (e.g. the ``.hydra`` folders inside a results folder)."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for path in root.rglob("*"):
+        if path.is_file() and path.suffix in suffixes:
+            redact_file(path)
+
+
+class RedactingFilter(logging.Filter):
+    """A handler filter: the formatted message (and any traceback) reaches the handler redacted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a broken format string is logged as it is
+            return True
+        record.msg, record.args = redact_text(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.exc_info:
+            record.exc_info = None  # formatted (redacted) above: handlers must not format it again
+        return True
+
+
+def install_log_filter() -> None:
+    """Put the redacting filter on every handler of the root logger (idempotent)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

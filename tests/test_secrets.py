@@ -1,0 +1,79 @@
+"""No secret reaches a file (issue #15): a real run against a loopback OpenAI-compatible server,
+with a password in the server URL, a credential-named override, an environment secret echoed
+through an innocent-looking override, and W&B offline logging; then every file the run wrote,
+and its stdout/stderr, is searched for each planted secret."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from speedbench import redact
+
+from .openai_loopback import LoopbackServer
+from .sweep_helpers import subprocess_env
+
+URL_PASSWORD = "UrlPassw0rd-9f3k"
+OVERRIDE_SECRET = "OverrideAuth-1x9q"
+ENV_SECRET = "EnvSecret-4h8w-zz"
+SECRETS = (URL_PASSWORD, OVERRIDE_SECRET, ENV_SECRET)
+
+
+@pytest.mark.slow
+def test_planted_secrets_reach_no_file_and_no_output(tmp_path):
+    with LoopbackServer() as server:
+        args = [
+            sys.executable, "-m", "speedbench.cli", "run", f"results_dir={tmp_path / 'results'}", "run_id=secrets",
+            "backend=openai", "target.path=random:tiny-target", "drafter=ngram", "dataset=smoke",
+            "dataset.categories=[coding]", "max_new_tokens=6", "warmup_batches=0", "logger=wandb",
+            f"backend.options.base_url={server.url('ok', 'alice:' + URL_PASSWORD)}",
+            f"backend.options.baseline_url={server.url('http500', 'alice:' + URL_PASSWORD)}",  # errors quote the URL
+            "backend.options.model=tiny", "backend.options.metrics=false",
+            f"+backend.options.extra_body.endpoint_auth={OVERRIDE_SECRET}",
+            f"+backend.options.extra_body.note={ENV_SECRET}",
+        ]
+        env = subprocess_env(MY_SERVICE_TOKEN=ENV_SECRET, WANDB_MODE="offline", WANDB_SILENT="true")
+        proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+        sent = server.requests
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the baseline server fails every request: a failed cell
+    assert any(r["body"].get("endpoint_auth") == OVERRIDE_SECRET for r in sent)  # the secrets were really used
+    root = tmp_path / "results" / "secrets"
+    files = [p for p in root.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"provenance.json", "cells.csv", "cells.jsonl", "overrides.yaml", "config.yaml"} <= names, names
+    assert any(p.suffix == ".wandb" for p in files) and any(p.suffix == ".log" for p in files)
+    assert any("HTTP 500" in p.read_text(errors="ignore") for p in files if p.suffix == ".json")
+    for path in files:
+        data = path.read_bytes()
+        for secret in SECRETS:
+            assert secret.encode() not in data, f"{secret} in {path.relative_to(root)}"
+    for secret in SECRETS:
+        assert secret not in proc.stdout and secret not in proc.stderr
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("http://bob:hunter2hunter2@host:8000/v1", "hunter2hunter2"),
+    ("https://host/v1?api_key=qk-12345678&x=1", "qk-12345678"),
+    ("https://host/v1?access_token=tok-abcdefg", "tok-abcdefg"),
+    ("+backend.options.extra_body.endpoint_auth=abc12345", "abc12345"),
+    ("endpoint_auth: abc12345", "abc12345"),
+    ("Authorization: Bearer abcdef123456", "abcdef123456"),
+    ("key sk-abcdefghijklmnop used", "sk-abcdefghijklmnop"),
+])
+def test_redact_text_covers_every_kind(text, secret):
+    assert secret not in redact.redact_text(text)
+
+
+def test_redact_keeps_ordinary_settings():
+    cfg = {"max_new_tokens": 64, "num_speculative_tokens": 4, "tokenizer": "x", "api_key_env": "OPENAI_API_KEY",
+           "prompt_tokens": 10, "endpoint_auth": "s3cret-value", "nested": {"password": "pw-123456"}}
+    out = redact.redact(cfg)
+    assert out["max_new_tokens"] == 64 and out["num_speculative_tokens"] == 4 and out["tokenizer"] == "x"
+    assert out["api_key_env"] == "OPENAI_API_KEY" and out["prompt_tokens"] == 10
+    assert out["endpoint_auth"] == out["nested"]["password"] == redact.REDACTED
+
+
+def test_environment_secrets_are_redacted_anywhere(monkeypatch):
+    monkeypatch.setenv("SOME_SERVICE_SECRET", "value-from-env-77")
+    assert "value-from-env-77" not in redact.redact_text("echo value-from-env-77 here")
+    assert os.environ["SOME_SERVICE_SECRET"] == "value-from-env-77"
