@@ -66,6 +66,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--config", default="ci", help="gate config (path or name in conf/gate/)")
     parser.add_argument("--reuse", type=Path, default=None, help="gate the results folders already in this folder")
+    parser.add_argument("--out", type=Path, default=None, help="where the runs go (default: a new temporary folder)")
     parser.add_argument("--slowdown", type=float, action="append", default=[],
                         help="speedup loss to inject (e.g. 0.10); repeatable")
     parser.add_argument("--slowed", type=int, default=5, help="slowed runs per --slowdown")
@@ -75,7 +76,8 @@ def main() -> int:
         out = args.reuse
         runs = sorted(p for p in args.reuse.iterdir() if (p / "cells").is_dir() and p.name.startswith("repeat-"))
     else:
-        out = Path(tempfile.mkdtemp(prefix="gate-noise-"))
+        out = args.out or Path(tempfile.mkdtemp(prefix="gate-noise-"))
+        out.mkdir(parents=True, exist_ok=True)
         runs = run_benchmarks(out, args.repeats, args.overrides)
     slowed = {}
     for frac in args.slowdown:
