@@ -8,7 +8,7 @@ after that: the old capacity (prompt + max_new_tokens + D + 2) overflowed for D 
 import pytest
 import torch
 
-from speedbench.drafters.base import DraftContext
+from speedbench.engine.drafting import DraftContext
 from speedbench.drafters.draft_model import DraftModelDrafter
 from speedbench.drafters.none import NoDrafter
 from speedbench.engine.decode import generate
