@@ -143,7 +143,10 @@ class OpenAIBackend(Backend):
                           steps=None, al_source="none", text=text)
         counts = res.counts
         d = spec.drafter.num_speculative_tokens
+        turn.finish = {"stop": "stop", "length": "length"}.get(str(res.finish_reason or ""), "")
         if counts is not None:
+            turn.chunks = [n for n in counts if n > 0]  # the stream itself: what the SPEED-Bench tool counts
+            turn.lead_tokens = counts[0]
             # first chunk = prefill, last chunk = possibly cut by max_tokens/EOS: trimmed (SPEED-Bench)
             middle = list(zip(res.chunks[1:-1], counts[1:-1]))
             turn.steps = [
