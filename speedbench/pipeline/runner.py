@@ -93,14 +93,13 @@ def run_cells(run: RunConfig, progress: bool = True) -> list[CellResult]:
     if skipped:
         log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
     if not todo:
-        overall_cells(run, store, [k for k, _ in keys])
+        overall_cells(run, store, [k for k, _ in keys], measured=set())  # only a missing overall row is written
         return []
     logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
     try:
         cells = _measure(run, requests, store, todo, logger, progress)
-        for cell in overall_cells(run, store, [k for k, _ in keys]):
-            logger.log_cell(cell, store)
-            cells.append(cell)
+        for cell in overall_cells(run, store, [k for k, _ in keys], measured={c.cell_id for c in cells}):
+            logger.log_cell(cell, store)  # written and logged, not returned: the measured cells are
         return cells
     finally:
         logger.close()
@@ -125,11 +124,12 @@ def _read(store: ResultsStore, cell_id: str) -> tuple[GenerateOutput, GenerateOu
     return out[0], out[1]
 
 
-def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey]) -> list[CellResult]:
+def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], measured: set[str]) -> list[CellResult]:
     """Per context bucket with two or more categories: the derived ``category=all`` row, every metric
     computed from the category cells' records (metrics.pass_metrics on their union), written as its own
     cell (``derived=True``; id from ``cells.overall_key``). Not written while a category cell is
-    missing or failed; rewritten whenever the run finishes, so a resumed run keeps it current."""
+    missing or failed; rewritten when one of its category cells was ``measured`` in this invocation
+    (or it is missing), so a resumed run keeps it current and a finished one leaves it alone."""
     if not run.per_category:
         return []
     out = []
@@ -138,6 +138,8 @@ def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey]) -> l
         buckets.setdefault(k.context_bucket, []).append(k)
     for bucket, parts in buckets.items():
         if len(parts) < 2 or not all(store.finished(k.cell_id) for k in parts):
+            continue
+        if store.finished(overall_key(run, bucket).cell_id) and not measured & {k.cell_id for k in parts}:
             continue
         passes = [_read(store, k.cell_id) for k in parts]
         if any(p is None for p in passes):

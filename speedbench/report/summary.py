@@ -6,12 +6,15 @@ import pandas as pd
 from .common import B, D, DERIVED, MEASURED, MECH, Section, best_by, finite, per_config, same_setup, setup_cols, spec_cells
 from .load import ReportData
 
-VALUES = ["al", "speedup", "speedup_predicted", "greedy_match_rate"]
+VALUES = ["al", "al_speed_bench", "speedup", "speedup_predicted", "greedy_match_rate", "degenerate_frac"]
 FEW_REQUESTS = 10
 PREDICTION_TOLERANCE = 0.20
 
 
 def config_table(spec: pd.DataFrame) -> pd.DataFrame:
+    for c in VALUES:  # results written before a column existed: n/a
+        if c not in spec:
+            spec = spec.assign(**{c: float("nan")})
     conf = per_config(spec, VALUES)
     keys = setup_cols(spec) + [MECH, "method", D, B]
     counts = spec.groupby(keys, dropna=False).agg(cells=("cell_id", "size"), requests=("n_requests", "sum")).reset_index()
@@ -26,7 +29,8 @@ def build(data: ReportData) -> Section:
     failed = data.failed
     sec.text(
         f"{len(cells)} cells from {len(data.roots)} results folder(s) "
-        f"({', '.join(str(r) for r in data.roots)}); {len(ok)} ok, {len(failed)} failed; "
+        f"({', '.join(str(r) for r in data.roots)}); {len(ok)} ok, {len(failed)} failed"
+        + (f", {len(data.overall)} derived overall (category=all) rows" if len(data.overall) else "") + "; "
         f"backends: {', '.join(data.backends) or 'n/a'}; devices: {', '.join(data.device_names) or 'n/a'}."
     )
     if "synthetic" in data.backends:
@@ -38,7 +42,11 @@ def build(data: ReportData) -> Section:
     sec.text(
         "Labels: *measured* = read from the cells (matched baseline/speculative runs); *modelled* = the cost "
         "model or a formula; *n/a* = not measured (a gap, never a zero). A configuration's value is the mean over "
-        "its cells (prompt categories x context buckets, each weighted equally). AL counts the bonus token."
+        "its cells (prompt categories x context buckets, each weighted equally). AL counts the bonus token. "
+        "Two conventions side by side: *AL* = 1 + accepted / drafts pooled over a cell's requests (vLLM's "
+        "counters); *SPEED-Bench AL* = the SPEED-Bench tool's (tokens per streamed chunk, prefill chunk included, "
+        "stop token off the last chunk, mean per request, then over requests). Section *Acceptance on each "
+        "convention* has all four and the overall (all categories) rows."
     )
     spec = spec_cells(ok)
     if spec.empty:
@@ -46,14 +54,15 @@ def build(data: ReportData) -> Section:
         _failed(sec, failed)
         return sec
     conf = config_table(spec)
-    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "requests", "al", "speedup", "speedup_predicted",
-                                    "pred_over_meas", "greedy_match_rate"]]
+    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "requests", "al", "al_speed_bench", "speedup",
+                                    "speedup_predicted", "pred_over_meas", "greedy_match_rate"]]
     sec.table(
-        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "speedup_predicted": "predicted speedup",
+        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "al_speed_bench": "SPEED-Bench AL",
+                             "speedup_predicted": "predicted speedup",
                              "pred_over_meas": "predicted / measured", "greedy_match_rate": "greedy match"}),
         "Per configuration (mean over categories and context buckets).",
-        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "predicted / measured": DERIVED,
-         "greedy match": MEASURED},
+        {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED,
+         "predicted / measured": DERIVED, "greedy match": MEASURED},
     )
     picks = recommend(spec, conf, "synthetic" in data.backends)
     sec.values["recommendation"] = picks.to_dict("records")
@@ -61,14 +70,16 @@ def build(data: ReportData) -> Section:
     sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (mean over categories), "
              "with the caveats that apply. A pick of `none` means no measured configuration beat plain decoding.")
     sec.table(picks, "", {"speedup": MEASURED, "AL": MEASURED, "predicted": DERIVED})
-    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "speedup",
-                                            "speedup_predicted", "greedy_match_rate"] if c in spec]
+    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al",
+                                            "al_speed_bench", "speedup", "speedup_predicted", "greedy_match_rate",
+                                            "degenerate_frac"] if c in spec]
     sec.text(f"### All cells ({len(spec)})")
     sec.table(spec[cols].sort_values([MECH, D, B, "category"]).rename(columns={
         "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
+        "al_speed_bench": "SPEED-Bench AL", "degenerate_frac": "degenerate",
         "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
         {"context bucket": {"": "(none)"}}), "",
-        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
+        {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
     _failed(sec, failed)
     return sec
 
@@ -101,6 +112,9 @@ def caveats(spec: pd.DataFrame, conf: pd.DataFrame, r: pd.Series, synthetic: boo
     ratio = r["speedup_predicted"] / r["speedup"]
     if finite(ratio) and abs(ratio - 1) > PREDICTION_TOLERANCE:
         out.append(f"predicted speedup off by {ratio - 1:+.0%}: time outside draft/verify is large")
+    if finite(r.get("degenerate_frac")) and r["degenerate_frac"] > 0:
+        out.append(f"{r['degenerate_frac']:.0%} of requests (mean over cells) end in a repetition loop: "
+                   "AL and speedup overstate real text")
     if finite(r["greedy_match_rate"]) and r["greedy_match_rate"] < 1:
         out.append(f"greedy output differs from the baseline in {1 - r['greedy_match_rate']:.0%} of requests")
     cells = spec[(spec[B] == r[B])]
