@@ -2,6 +2,7 @@
 conversation fold, the SPEED-Bench tool's AL against its own rule written out here, the
 degenerate-output rule on constructed outputs, AL along the output, and the reference engine
 cutting an accepted run at a stop token."""
+import json
 import math
 import random
 import statistics
@@ -270,3 +271,66 @@ def test_reference_engine_cuts_an_accepted_run_at_a_stop_token(clock):
     short = run(set(), max_new=limit)
     assert short.finish == ["length"] and len(short.outputs[0]) == limit
     assert (short.row_steps[0][-1].accepted + 1, short.row_steps[0][-1].kept) == (steps[k].accepted + 1, 1)
+
+
+# ---- end to end: the default tiny pair ---------------------------------------------------------------------
+def test_default_tiny_pair_end_to_end_has_every_convention_and_an_overall_row(tmp_path):
+    from speedbench import models
+    from speedbench.records import RequestRecord, from_row
+    from speedbench.report import build_report
+    from speedbench.results import ResultsStore
+
+    from .sweep_helpers import run_speedbench
+
+    args = ["run", f"results_dir={tmp_path}", "run_id=e2e", "dataset.categories=[coding,roleplay,math]",
+            "dataset.n_requests=6", "max_new_tokens=40", "protocol.min_repeats=1", "protocol.max_repeats=1",
+            "warmup_batches=0", "acceptance.window=8"]
+    proc = run_speedbench(tmp_path, *args, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    store = ResultsStore(tmp_path / "e2e")
+    cells = store.cells()
+    assert sorted(cells.category) == ["all", "coding", "math", "roleplay"] and (cells.status == "ok").all()
+    parts, (overall,) = cells[~cells.derived.astype(bool)], cells[cells.derived.astype(bool)].to_dict("records")
+    for _, c in cells.iterrows():
+        assert 1 <= c.al_emitted <= c.al <= 1 + c.num_speculative_tokens  # emitted tokens only: never more
+        assert 1 <= c.al_request_mean <= 5 and 1 <= c.al_speed_bench <= 5
+        assert 0 <= c.n_accepted_kept <= c.n_accepted
+        assert 0 <= c.degenerate_frac <= 1 and c.al_window == 8
+        assert sum(c.drafts_by_position) > 0 and len(c.al_by_position) == len(c.drafts_by_position)
+    # the overall row pools the category cells' records with each convention
+    reqs = store.requests()
+    spec = [from_row(RequestRecord, r) for r in reqs[(reqs.role == "spec") & reqs.cell_id.isin(parts.cell_id)]
+            .to_dict("records")]
+    assert overall["n_requests"] == parts.n_requests.sum() == 6
+    assert overall["al"] == pytest.approx(metrics.acceptance(spec).al)
+    assert overall["al"] == pytest.approx(1 + parts.n_accepted.sum() / sum(r.n_drafts for r in spec))
+    assert overall["al_speed_bench"] == pytest.approx(metrics.al_speed_bench(spec))
+    assert overall["n_accepted"] == parts.n_accepted.sum() and overall["extra"]["derived_from"]
+    assert len(overall["al_by_turn"]) == 3  # roleplay prompts have up to 3 turns
+    # al_speed_bench equals the tool's rule on the stream rebuilt from the stored steps and output ids
+    eos = models.load_tokenizer("builtin:tiny-target").eos_token_id
+    steps = store.steps()
+    for cid in parts.cell_id:
+        streams = {}
+        rq = reqs[(reqs.cell_id == cid) & (reqs.role == "spec")]
+        st = steps[(steps.cell_id == cid) & (steps.role == "spec")]
+        for r in rq.itertuples():
+            turns, start = [], 0
+            for t, n in enumerate(r.turn_tokens):
+                kept = st[(st.request_id == r.request_id) & (st.turn == t)].sort_values("step").kept.tolist()
+                assert 1 + sum(kept) == n  # the prefill's token and every step's kept tokens make the reply
+                turns.append(([1 + sum(kept[:i]) for i in range(len(kept) + 1)], list(r.output_ids[start : start + n])))
+                start += n
+            streams[r.request_id] = turns
+        assert cells.set_index("cell_id").loc[cid, "al_speed_bench"] == pytest.approx(tool_category_al(streams, eos))
+    # a rerun with everything finished measures nothing and leaves the overall row alone
+    before = {p.name: p.stat().st_mtime_ns for p in (store.root / "cells").iterdir()}
+    assert run_speedbench(tmp_path, *args, timeout=600).returncode == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (store.root / "cells").iterdir()} == before
+    # the report shows the conventions side by side and plots AL along the output
+    files = build_report(store.root, tmp_path / "report")
+    text = files.markdown.read_text()
+    assert "SPEED-Bench AL" in text and "AL (emitted tokens)" in text
+    assert any(p.name == "acceptance_along_output.png" for p in files.plots)
+    assert json.loads(files.json.read_text())["acceptance"]["overall"][0]["al_speed_bench"] == pytest.approx(
+        overall["al_speed_bench"])
