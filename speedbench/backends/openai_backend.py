@@ -14,7 +14,9 @@ Poisson ``request_rate``. Per request:
   chunk inter-arrival times (a chunk is one engine step for vLLM);
 * acceptance, ``al_source``: ``steps`` when the server returns per-request spec-decode metrics
   (vLLM ``--per-request-spec-decode-metrics``), else ``chunks``: tokens per chunk with the
-  first (prefill) chunk and the final chunk trimmed, as SPEED-Bench does. Chunk AL counts
+  first (prefill) chunk and the final chunk (possibly cut) trimmed. The whole stream, every chunk,
+  is kept in the records for ``al_speed_bench`` (the SPEED-Bench tool's current rule counts the
+  first chunk and takes only the stop token off the last: docs/acceptance.md). Chunk AL counts
   every step, also steps where a lookup drafter proposed nothing, and a slow client can see
   two engine steps merged into one chunk: ``extra`` reports the merged-chunk fraction.
   ``drafted`` from chunks is nominal (D per step).
