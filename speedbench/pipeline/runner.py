@@ -141,36 +141,45 @@ def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], meas
             continue
         if store.finished(overall_key(run, bucket).cell_id) and not measured & {k.cell_id for k in parts}:
             continue
-        passes = [_read(store, k.cell_id) for k in parts]
-        if any(p is None for p in passes):
+        try:
+            cell = _overall_cell(run, store, bucket, parts)
+        except Exception:  # a derived row must not end the run: its category cells are written
+            log.exception("overall row of context bucket %r failed", bucket)
             continue
-        merged = [protocol._merge([p[i] for p in passes]) for i in (0, 1)]
-        part_cells = [store.cell(k.cell_id) for k in parts]
-        key = overall_key(run, bucket)
-        info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
-        cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
-                         info_device, n_gpus, run.protocol, run.acceptance)
-        half = (cell.speedup_ci_high - cell.speedup_ci_low) / 2 / cell.speedup if cell.speedup > 0 else math.nan
-        reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
-        if not (math.isfinite(half) and half <= run.protocol.target_rel_half_width):
-            reasons.insert(0, f"interval +-{half:.1%} wider than the target +-{run.protocol.target_rel_half_width:.0%}")
-
-        def agg(name, fn):
-            vals = [float(c[name]) for c in part_cells if c.get(name) is not None and math.isfinite(float(c[name]))]
-            return fn(vals) if vals else math.nan
-
-        cell = replace(
-            cell, derived=True, stable=not reasons, unstable_reason="; ".join(reasons),
-            n_repeats=min(int(c.get("n_repeats") or 0) for c in part_cells),
-            cpu_util=agg("cpu_util", min), load_avg=agg("load_avg", max), steal_frac=agg("steal_frac", max),
-            threads=int(part_cells[0].get("threads") or 0),
-            extra={**cell.extra, "derived_from": [k.cell_id for k in parts],
-                   "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
-        )
-        cell = _with_config(cell, run)
-        store.write_cell(cell)
-        out.append(cell)
+        if cell is not None:
+            store.write_cell(cell)
+            out.append(cell)
     return out
+
+
+def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[CellKey]) -> CellResult | None:
+    passes = [_read(store, k.cell_id) for k in parts]
+    if any(p is None for p in passes):
+        return None
+    merged = [protocol._merge([p[i] for p in passes]) for i in (0, 1)]
+    part_cells = [store.cell(k.cell_id) for k in parts]
+    key = overall_key(run, bucket)
+    info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
+    cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
+                     info_device, n_gpus, run.protocol, run.acceptance)
+    half = (cell.speedup_ci_high - cell.speedup_ci_low) / 2 / cell.speedup if cell.speedup > 0 else math.nan
+    reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
+    if not (math.isfinite(half) and half <= run.protocol.target_rel_half_width):
+        reasons.insert(0, f"interval +-{half:.1%} wider than the target +-{run.protocol.target_rel_half_width:.0%}")
+
+    def agg(name, fn):
+        vals = [float(c[name]) for c in part_cells if c.get(name) is not None and math.isfinite(float(c[name]))]
+        return fn(vals) if vals else math.nan
+
+    cell = replace(
+        cell, derived=True, stable=not reasons, unstable_reason="; ".join(reasons),
+        n_repeats=min(int(c.get("n_repeats") or 0) for c in part_cells),
+        cpu_util=agg("cpu_util", min), load_avg=agg("load_avg", max), steal_frac=agg("steal_frac", max),
+        threads=int(part_cells[0].get("threads") or 0),
+        extra={**cell.extra, "derived_from": [k.cell_id for k in parts],
+               "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
+    )
+    return _with_config(cell, run)
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool) -> list[CellResult]:
