@@ -334,3 +334,12 @@ def test_default_tiny_pair_end_to_end_has_every_convention_and_an_overall_row(tm
     assert any(p.name == "acceptance_along_output.png" for p in files.plots)
     assert json.loads(files.json.read_text())["acceptance"]["overall"][0]["al_speed_bench"] == pytest.approx(
         overall["al_speed_bench"])
+
+
+def test_every_draft_accepted_with_a_length_cut_gives_5_00_pooled_and_4_57_in_the_tool():
+    # D = 4, max_new_tokens = 64: the prefill's token, 12 full steps of 5, the 13th step cut to 3 tokens
+    r, _ = fold("all-accepted", turn([(4, 4, 5)] * 12 + [(4, 4, 3)], finish="length"))
+    assert len(r.output_ids) == 64
+    acc = metrics.acceptance([r], D)
+    assert acc.al == 5.0 and acc.al_emitted == pytest.approx(63 / 13)
+    assert metrics.al_speed_bench([r]) == pytest.approx(64 / 14) and round(metrics.al_speed_bench([r]), 2) == 4.57
