@@ -172,6 +172,26 @@ class ProtocolConfig:
 
 
 @dataclass
+class AcceptanceConfig:
+    """How acceptance is analysed (``metrics``, docs/acceptance.md); not part of a cell's identity.
+
+    ``window``: output positions per bin of the cell's ``al_by_position``. The degenerate-output
+    rule (``metrics.degenerate_output``): a turn is degenerate when its output ends in a loop, a
+    block of at most ``loop_max_period`` tokens repeated back to back at least
+    ``loop_min_repeats`` times, covering at least ``loop_min_tokens`` tokens and at least
+    ``loop_min_frac`` of the turn's output. A cell is flagged ``degenerate`` when more than
+    ``degenerate_max_frac`` of its requests are.
+    """
+
+    window: int = 16
+    loop_max_period: int = 32
+    loop_min_repeats: int = 3
+    loop_min_tokens: int = 16
+    loop_min_frac: float = 0.5
+    degenerate_max_frac: float = 0.0
+
+
+@dataclass
 class RunConfig:
     target: ModelConfig = MISSING
     drafter: DrafterConfig = MISSING  # one of the per-method schemas (``DRAFTER_SCHEMAS``)
@@ -182,6 +202,7 @@ class RunConfig:
     sweep: SweepConfig = field(default_factory=SweepConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
     batch_size: int = 1
     max_new_tokens: int = 64
     ignore_eos: bool = False
@@ -272,5 +293,11 @@ def validate(run: RunConfig) -> None:
         raise ValueError("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
     if str(run.progress).lower() not in {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}:
         raise ValueError(f"progress must be auto, true or false, got {run.progress!r}")
+    ac = run.acceptance
+    if ac.window < 1 or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:
+        raise ValueError("acceptance.window, acceptance.loop_max_period and acceptance.loop_min_tokens must be >= 1 "
+                         "and acceptance.loop_min_repeats >= 2")
+    if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:
+        raise ValueError("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")

@@ -9,6 +9,26 @@ Acceptance conventions (as vLLM's counters and SPEED-Bench):
   * per-position, unconditional: P(first k drafts all accepted) = #drafts with accepted >= k / drafts
     (vLLM's num_accepted_tokens_per_pos[k-1] / num_drafts);
   * per-position, conditional: P(k-th accepted | first k-1 accepted) = uncond[k] / uncond[k-1].
+AL on each peer's convention (docs/acceptance.md; the same engine steps, different counting):
+  * ``al``: pooled 1 + accepted / drafts over the cell's requests (vLLM's counters); accepted
+    drafts count even in a step whose output a stop token or max_new_tokens cut;
+  * ``al_request_mean``: the mean over requests of each request's AL (1 + accepted / drafts of
+    that request, its repeats pooled): every prompt weighs the same (vLLM #42690's ask);
+  * ``al_emitted``: pooled kept / drafts, where kept = the tokens of each drafting step that the
+    output kept (accepted + 1 unless a stop token or max_new_tokens cut the step): <= ``al``;
+  * ``al_speed_bench``: the SPEED-Bench tool's AL (NVIDIA Model-Optimizer
+    ``examples/specdec_bench``, metrics ``SpecBench``): per turn, the token count of every
+    streamed chunk that carried tokens, the first (prefill) chunk included, the last chunk less
+    the stop token when the turn ended on one (dropped if nothing else is left), no drafting
+    condition (a step where nothing was proposed is a chunk of 1); a request's AL = the mean of
+    its chunk counts over all its turns; the cell's AL = the mean over its requests;
+  * ``al_by_position`` / ``al_by_turn``: ``al``'s convention on the drafts whose first token
+    falls in each window of ``acceptance.window`` output positions (within the turn's reply) /
+    in each user turn.
+Degenerate output (``degenerate_output``): a turn whose reply ends in a repetition loop (a
+block of <= ``loop_max_period`` tokens repeated back to back >= ``loop_min_repeats`` times,
+covering >= ``loop_min_tokens`` tokens and >= ``loop_min_frac`` of the reply); a loop repeats
+what the drafter has already seen, so its AL says nothing about real text.
 Timing conventions: seconds in records, milliseconds in the cell table; TTFT = submission to
 first token; TPOT = (t_last - t_first) / (n_tokens - 1) per request; tokens/s per user =
 1 / TPOT; speedup = median baseline TPOT / median speculative TPOT of matched runs.
@@ -79,12 +99,20 @@ def speedup_from_tpots(tpot_baseline, tpot_spec, axis: int = -1):
 class Acceptance:
     drafts: int
     drafted: int
-    accepted: int
+    accepted: int  # as the engine counts them: also drafts the output did not keep
     hist: tuple[int, ...]  # hist[k] = drafts that accepted exactly k tokens
+    kept: int = -1  # tokens of the drafting steps the output kept (= drafts + accepted where not known)
+    accepted_kept: int = -1  # accepted drafts the output kept; -1 when any request does not say
 
     @property
     def al(self) -> float:
         return al_from_counts(self.accepted, self.drafts)
+
+    @property
+    def al_emitted(self) -> float:
+        """Emitted-token AL: kept tokens per draft (a step cut by a stop token or the length counts what was kept)."""
+        kept = self.kept if self.kept >= 0 else self.drafts + self.accepted
+        return kept / self.drafts if self.drafts else NAN
 
     @property
     def rate(self) -> float:
@@ -105,17 +133,163 @@ class Acceptance:
 
 def acceptance(records: Iterable[RequestRecord], depth: int = 0) -> Acceptance:
     """Pool the counters of requests (failed ones excluded); histogram padded to ``depth + 1``."""
-    drafts = drafted = accepted = 0
+    drafts = drafted = accepted = kept = accepted_kept = 0
+    kept_known = True
     hist = [0] * (depth + 1)
     for r in records:
         if r.status != STATUS_OK:
             continue
         drafts, drafted, accepted = drafts + r.n_drafts, drafted + r.drafted, accepted + r.accepted
+        kept += r.kept if r.kept >= 0 else r.n_drafts + r.accepted  # not known: as the engine counted
+        accepted_kept += r.accepted_kept if r.accepted_kept >= 0 else r.accepted
+        kept_known = kept_known and (r.kept >= 0 or r.n_drafts == 0)
         for k, n in enumerate(r.accepted_hist):
             if k >= len(hist):
                 hist += [0] * (k + 1 - len(hist))
             hist[k] += n
-    return Acceptance(drafts, drafted, accepted, tuple(hist))
+    return Acceptance(drafts, drafted, accepted, tuple(hist), kept, accepted_kept if kept_known else -1)
+
+
+def _ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.status == STATUS_OK]
+
+
+def _mean(values: Sequence[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return float(np.mean(vals)) if vals else NAN
+
+
+def al_request_mean(records: Iterable[RequestRecord]) -> float:
+    """Mean over requests of each request's AL (1 + accepted / drafts; its repeats pooled)."""
+    per: dict[str, list[int]] = {}
+    for r in _ok(records):
+        acc = per.setdefault(r.request_id, [0, 0])
+        acc[0], acc[1] = acc[0] + r.accepted, acc[1] + r.n_drafts
+    return _mean([al_from_counts(a, d) for a, d in per.values()])
+
+
+def speed_bench_turn_lengths(chunks: Sequence[int], finish: str) -> list[int]:
+    """The chunk lengths the SPEED-Bench tool counts for one turn's stream.
+
+    Every chunk that carried tokens counts (the prefill's chunk too); when the turn ended on a
+    stop token that token is taken off the last chunk, and a last chunk that held only the stop
+    token is dropped.
+    """
+    out = [int(n) for n in chunks if n > 0]
+    if out and finish == "stop":
+        out[-1] -= 1
+        if out[-1] == 0:
+            out.pop()
+    return out
+
+
+def speed_bench_lengths(record: RequestRecord) -> list[int] | None:
+    """All chunk lengths the SPEED-Bench tool counts for a request (its turns chained); None: no stream known."""
+    if not record.chunks or sum(record.turn_chunks) != len(record.chunks):
+        return None
+    out, start = [], 0
+    finish = tuple(record.turn_finish) + ("",) * (len(record.turn_chunks) - len(record.turn_finish))
+    for n, fin in zip(record.turn_chunks, finish):
+        out += speed_bench_turn_lengths(record.chunks[start : start + n], fin)
+        start += n
+    return out
+
+
+def al_speed_bench(records: Iterable[RequestRecord]) -> float:
+    """The SPEED-Bench tool's AL: mean over requests of the mean counted chunk length of each request
+    (its repeats chained, as one more turn would be). NaN when any request's stream is not known;
+    a request with no counted chunk (its only token a stop token) is left out."""
+    per: dict[str, list[int]] = {}
+    for r in _ok(records):
+        lengths = speed_bench_lengths(r)
+        if lengths is None:
+            return NAN
+        per.setdefault(r.request_id, []).extend(lengths)
+    als = [float(np.mean(v)) for v in per.values() if v]
+    return float(np.mean(als)) if als else NAN
+
+
+@dataclass(frozen=True)
+class LoopRule:
+    """The degenerate-output rule (``acceptance.*`` in the config)."""
+
+    max_period: int = 32
+    min_repeats: int = 3
+    min_tokens: int = 16
+    min_frac: float = 0.5
+
+    @staticmethod
+    def from_config(cfg) -> "LoopRule":
+        if cfg is None:
+            return LoopRule()
+        return LoopRule(cfg.loop_max_period, cfg.loop_min_repeats, cfg.loop_min_tokens, cfg.loop_min_frac)
+
+
+def repetition_tail(ids: Sequence[int], max_period: int) -> list[tuple[int, int]]:
+    """For each period p <= max_period: (p, length of the longest suffix with ids[i] == ids[i - p])."""
+    a = np.asarray(ids, dtype=np.int64)
+    n = len(a)
+    out = []
+    for p in range(1, min(max_period, n - 1) + 1):
+        same = a[p:] == a[:-p]
+        misses = np.flatnonzero(~same)
+        run = len(same) if misses.size == 0 else len(same) - 1 - int(misses[-1])
+        out.append((p, run + p))
+    return out
+
+
+def degenerate_output(ids: Sequence[int], rule: LoopRule = LoopRule()) -> bool:
+    """True when ``ids`` (one turn's reply) ends in a repetition loop under ``rule``."""
+    n = len(ids)
+    if n < rule.min_tokens:
+        return False
+    for p, length in repetition_tail(ids, rule.max_period):
+        if length >= max(rule.min_tokens, rule.min_repeats * p, rule.min_frac * n):
+            return True
+    return False
+
+
+def _turn_outputs(r: RequestRecord) -> list[tuple[int, ...]]:
+    if r.turn_tokens and sum(r.turn_tokens) == len(r.output_ids):
+        out, start = [], 0
+        for n in r.turn_tokens:
+            out.append(r.output_ids[start : start + n])
+            start += n
+        return out
+    return [r.output_ids]
+
+
+def degenerate_frac(records: Iterable[RequestRecord], rule: LoopRule = LoopRule()) -> float:
+    """Share of requests with a degenerate turn (in any repeat)."""
+    per: dict[str, bool] = {}
+    for r in _ok(records):
+        bad = any(degenerate_output(t, rule) for t in _turn_outputs(r))
+        per[r.request_id] = per.get(r.request_id, False) or bad
+    return sum(per.values()) / len(per) if per else NAN
+
+
+def al_along_output(steps: Sequence[StepRecord], window: int) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """(AL, drafts) per window of ``window`` output positions (by each draft's first token, within its turn)."""
+    acc: dict[int, list[int]] = {}
+    for s in steps:
+        if s.drafted > 0 and s.position >= 0:
+            a = acc.setdefault(s.position // window, [0, 0])
+            a[0], a[1] = a[0] + s.accepted, a[1] + 1
+    if not acc:
+        return (), ()
+    bins = range(max(acc) + 1)
+    return (tuple(al_from_counts(*acc.get(b, (0, 0))) for b in bins),
+            tuple(acc.get(b, (0, 0))[1] for b in bins))
+
+
+def al_by_turn(steps: Sequence[StepRecord]) -> tuple[float, ...]:
+    """AL per user turn (``al``'s convention) from the per-step rows."""
+    acc: dict[int, list[int]] = {}
+    for s in steps:
+        if s.drafted > 0:
+            a = acc.setdefault(s.turn, [0, 0])
+            a[0], a[1] = a[0] + s.accepted, a[1] + 1
+    return tuple(al_from_counts(*acc.get(t, (0, 0))) for t in range(max(acc) + 1)) if acc else ()
 
 
 def iteration_times(steps: Sequence[StepRecord]) -> list[StepRecord]:
@@ -332,12 +506,39 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
     return _matrix(values) if values else np.empty((0, 0))
 
 
+def acceptance_metrics(records: Sequence[RequestRecord], steps: Sequence[StepRecord], depth: int,
+                       cfg=None) -> dict:
+    """The acceptance columns of a cell on every convention (``cfg``: ``config.AcceptanceConfig``)."""
+    ok = _ok(records)
+    acc = acceptance(ok, depth)
+    window = int(getattr(cfg, "window", 16))
+    by_pos, drafts_pos = al_along_output(steps, window)
+    frac = degenerate_frac(ok, LoopRule.from_config(cfg))
+    return dict(
+        al=acc.al,
+        al_request_mean=al_request_mean(ok),
+        al_emitted=acc.al_emitted,
+        al_speed_bench=al_speed_bench(ok),
+        acceptance_rate=acc.rate,
+        accepted_per_pos=acc.per_position(),
+        accepted_per_pos_cond=acc.per_position_conditional(),
+        accepted_hist=acc.hist,
+        n_accepted=acc.accepted,
+        n_accepted_kept=acc.accepted_kept,
+        degenerate_frac=frac,
+        degenerate=bool(frac > float(getattr(cfg, "degenerate_max_frac", 0.0))),
+        al_window=window,
+        al_by_position=by_pos,
+        drafts_by_position=drafts_pos,
+        al_by_turn=al_by_turn(steps),
+    )
+
+
 def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: float = 0.95,
-                 n_resamples: int = 1000) -> dict:
+                 n_resamples: int = 1000, acceptance_cfg=None) -> dict:
     """Every metric column of a cell from a matched baseline and speculative pass (``GenerateOutput``s)."""
     ok_b = [r for r in base.requests if r.status == STATUS_OK]
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
-    acc = acceptance(ok_s, depth)
     it_b, it_s = iteration_times(base.steps), iteration_times(spec.steps)
     draft = stats_ms([s.t_draft for s in it_s])
     ver = stats_ms([s.t_verify for s in it_s])
@@ -354,11 +555,7 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: 
         return tokens / wall / gpus if wall > 0 else NAN
 
     return dict(
-        al=acc.al,
-        acceptance_rate=acc.rate,
-        accepted_per_pos=acc.per_position(),
-        accepted_per_pos_cond=acc.per_position_conditional(),
-        accepted_hist=acc.hist,
+        **acceptance_metrics(ok_s, spec.steps, depth, acceptance_cfg),
         t_draft_ms=draft[0], t_draft_ms_p50=draft[1], t_draft_ms_p90=draft[2],
         t_verify_ms=ver[0], t_verify_ms_p50=ver[1], t_verify_ms_p90=ver[2],
         t_verify_ms_baseline=ver_b[0],

@@ -45,7 +45,10 @@ class StepRecord:
     ``drafted``: draft tokens proposed for this sequence in this step (0 for plain decoding
     or when a lookup drafter found no match). ``accepted``: leading draft tokens accepted.
     ``emitted`` = accepted + 1 (the target's own correction or bonus token), before any
-    truncation at max_new_tokens. Times are shared by the batch (one forward for all rows).
+    truncation at max_new_tokens. ``kept``: the tokens of this step the output kept (<= emitted:
+    a stop token or max_new_tokens cut the rest; = emitted where the engine cannot say).
+    ``position``: the output position, within the turn's reply, of the step's first token.
+    Times are shared by the batch (one forward for all rows).
     """
 
     request_id: str
@@ -62,6 +65,8 @@ class StepRecord:
     iteration: int = -1  # id of the target forward within the pass; the rows of one batch share it
     turn: int = 0  # the user turn (0-based) this step belongs to
     repeat: int = 0  # the measurement repeat (pipeline.protocol) the step belongs to
+    kept: int = -1  # tokens of this step kept in the output (-1: results written before it existed)
+    position: int = -1  # output position (within the turn) of the step's first token; -1 unknown
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,17 @@ class RequestRecord:
     status: str = STATUS_OK
     error: str = ""
     repeat: int = 0  # the measurement repeat (pipeline.protocol); baseline and spec of one repeat are paired
+    # what the output kept (docs/acceptance.md): ``accepted`` above is the engine's count, also
+    # drafts accepted in a step whose output a stop token or max_new_tokens cut
+    kept: int = -1  # tokens kept from the drafting steps (<= n_drafts + accepted); -1: not known
+    accepted_kept: int = -1  # accepted draft tokens the output kept (<= accepted); -1: not known
+    # the stream as a client sees it, for the SPEED-Bench tool's AL: tokens per chunk (all turns
+    # in order; the prefill's token is the first chunk of a turn), chunks and tokens per turn,
+    # and how each turn ended ("stop": a stop token; "length": max_new_tokens; "": not known)
+    chunks: tuple[int, ...] = ()
+    turn_chunks: tuple[int, ...] = ()
+    turn_tokens: tuple[int, ...] = ()
+    turn_finish: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,6 +190,19 @@ class CellResult:
     max_new_tokens: int = -1
     ignore_eos: Any = None
     batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
+    # acceptance on every peer's convention (metrics.py, docs/acceptance.md)
+    al_request_mean: float = float("nan")  # mean over requests of each request's AL
+    al_emitted: float = float("nan")  # pooled, only tokens the output kept
+    al_speed_bench: float = float("nan")  # the SPEED-Bench tool's AL (mean over requests of chunk means)
+    n_accepted: int = -1  # accepted draft tokens as the engine counts them (all repeats)
+    n_accepted_kept: int = -1  # of those, the ones the output kept; -1: not known
+    degenerate_frac: float = float("nan")  # share of requests whose output is a repetition loop
+    degenerate: bool = False  # degenerate_frac above acceptance.degenerate_max_frac: do not trust the speedup
+    al_window: int = 0  # output positions per bin of al_by_position
+    al_by_position: tuple[float, ...] = ()  # AL of the drafts whose first token is in bin k (positions k*w..)
+    drafts_by_position: tuple[int, ...] = ()  # drafts in each bin
+    al_by_turn: tuple[float, ...] = ()  # AL per user turn (0-based)
+    derived: bool = False  # computed from other cells' records (category=all), not measured on its own
 
 
 RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize
@@ -190,3 +219,23 @@ def to_row(record: Any) -> dict[str, Any]:
 
 def field_names(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+def from_row(cls: type, row: dict[str, Any]):
+    """A record read back from a results table row: lists become tuples, missing columns keep
+    their defaults (results written before a field existed), unknown columns are dropped."""
+    import math
+
+    values = {}
+    for f in fields(cls):
+        if f.name not in row:
+            continue
+        v = row[f.name]
+        if hasattr(v, "tolist"):  # numpy scalars and arrays from parquet
+            v = v.tolist()
+        if isinstance(v, list):
+            v = tuple(v)
+        elif isinstance(v, float) and math.isnan(v) and f.type in ("str", "int"):
+            continue
+        values[f.name] = v
+    return cls(**values)

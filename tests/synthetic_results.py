@@ -53,9 +53,11 @@ def make_results(root: Path, run_id: str = "syn", max_new_tokens: int = 32, mech
     return root / run_id
 
 
-def raw_cells(run_dir: Path) -> list[dict]:
-    """The cell rows straight from the per-cell JSON files (independent of the report's loader)."""
-    return [json.loads(p.read_text()) for p in sorted((run_dir / "cells").glob("*.json"))]
+def raw_cells(run_dir: Path, derived: bool = False) -> list[dict]:
+    """The measured cell rows straight from the per-cell JSON files (independent of the report's loader);
+    ``derived=True``: the derived overall rows (category=all) instead."""
+    rows = [json.loads(p.read_text()) for p in sorted((run_dir / "cells").glob("*.json"))]
+    return [r for r in rows if bool(r.get("derived")) == derived]
 
 
 _CACHE: dict[str, Path] = {}

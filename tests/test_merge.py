@@ -15,11 +15,11 @@ def split(src, dst_a, dst_b):
     for dst in (dst_a, dst_b):
         shutil.copytree(src, dst)
     ids = sorted(p.stem for p in (src / "cells").glob("*.json"))
-    for cid in ids[1:]:
+    for cid in ids[1:]:  # a derived overall row (category=all) has a cell file only
         for part, ext in (("cells", "json"), ("requests", "parquet"), ("steps", "parquet")):
-            (dst_a / part / f"{cid}.{ext}").unlink()
+            (dst_a / part / f"{cid}.{ext}").unlink(missing_ok=part != "cells")
     for part, ext in (("cells", "json"), ("requests", "parquet"), ("steps", "parquet")):
-        (dst_b / part / f"{ids[0]}.{ext}").unlink()
+        (dst_b / part / f"{ids[0]}.{ext}").unlink(missing_ok=part != "cells")
     for dst in (dst_a, dst_b):
         (dst / "cells.parquet").unlink()
     return ids
@@ -41,8 +41,10 @@ def test_merge_joins_job_folders_and_rebuilds_the_table(tmp_path):
     merged, original = ResultsStore(out), ResultsStore(src)
     assert sorted(merged.cells().cell_id) == ids
     assert len(pd.read_parquet(out / "cells.parquet")) == len(ids)
+    measured = [i for i in ids if (src / "requests" / f"{i}.parquet").exists()]
+    assert len(measured) == len(ids) - 1  # 3 category cells and their derived overall row
     for part in ("requests", "steps"):
-        assert sorted(p.stem for p in (out / part).glob("*.parquet")) == ids
+        assert sorted(p.stem for p in (out / part).glob("*.parquet")) == measured
     pd.testing.assert_frame_equal(merged.requests(), original.requests())
     prov = merged.provenance()
     assert prov["config"]["run_id"] == "shared" and len(prov["merged_from"]) == 2
@@ -64,7 +66,7 @@ def test_conflicting_duplicates_are_refused_unless_prefer_newest(tmp_path, capsy
     assert not (out / "cells").exists()  # a refused merge writes nothing
     assert cli.main(["merge", str(out), str(a), str(b), "--prefer", "newest"]) == 0
     table = ResultsStore(out).cells().set_index("cell_id")
-    assert table.loc[cid, "al"] == 1.5 and len(table) == 3
+    assert table.loc[cid, "al"] == 1.5 and len(table) == 4  # 3 category cells + the derived overall row
 
 
 def test_an_ok_cell_wins_over_a_failed_attempt_of_it(tmp_path):

@@ -140,3 +140,14 @@ def test_report_cli(report, tmp_path, capsys):
     assert "report.md" in out and "report.html" in out
     assert "h200 (spec sheet" in (tmp_path / "r" / "report.md").read_text()
     assert main(["report", str(tmp_path / "nothing-here")]) == 2
+
+
+def test_overall_rows_are_shown_in_the_acceptance_section_and_left_out_of_the_means(report):
+    run, files, values, cells = report
+    overall = raw_cells(run, derived=True)
+    assert overall and {c["category"] for c in overall} == {"all"}
+    shown = {(r["drafter"], r["num_speculative_tokens"], r["batch_size"]): r for r in values["acceptance"]["overall"]}
+    for c in overall:
+        r = shown[(c["drafter"], c["num_speculative_tokens"], c["batch_size"])]
+        assert r["al"] == pytest.approx(c["al"]) and r["al_request_mean"] == pytest.approx(c["al_request_mean"])
+    assert all(c["category"] != "all" for c in cells)

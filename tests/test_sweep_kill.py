@@ -10,10 +10,10 @@ from speedbench import cli
 from speedbench.results import ResultsStore
 from tests.sweep_helpers import speedbench_cmd, subprocess_env
 
-# 2 draft lengths (jobs) x 3 categories (cells per job) = 6 cells
+# 2 draft lengths (jobs) x (3 categories + the derived overall row) = 8 cells
 SWEEP = ["run", "run_id=killed", "dataset=mini", "drafter.num_speculative_tokens=2,3", "max_new_tokens=8",
          "warmup_batches=0", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled", "-m"]
-N_CELLS = 6
+N_CELLS = 8
 
 
 def finished_cells(folder):
@@ -46,5 +46,6 @@ def test_sigkill_mid_sweep_loses_nothing_and_resume_completes(tmp_path, monkeypa
     assert {k: after[k] for k in survived} == survived  # finished cells were skipped, not redone
     table = ResultsStore(tmp_path / "killed").cells()
     assert len(table) == N_CELLS and table.cell_id.is_unique and (table.status == "ok").all()
-    assert sorted(table.groupby("num_speculative_tokens").size()) == [3, 3]
+    assert sorted(table.groupby("num_speculative_tokens").size()) == [4, 4]
+    assert table.derived.sum() == 2
     assert len((tmp_path / "killed" / "cells.jsonl").read_text().splitlines()) == N_CELLS

@@ -75,7 +75,8 @@ def test_rerun_redoes_failed_cells_and_skips_finished_ones(tmp_path, monkeypatch
     assert [(c.category, c.status) for c in second] == [("math", "ok")]  # only the failed cell ran again
     assert (coding_file.read_bytes(), coding_file.stat().st_mtime_ns) == before
     table = ResultsStore(tmp_path / "redo").cells()
-    assert len(table) == 2 and table.cell_id.is_unique and (table.status == "ok").all()
+    assert len(table) == 3 and table.cell_id.is_unique and (table.status == "ok").all()
+    assert table.derived.sum() == 1  # the overall row, written once both categories finished
     assert runner.run_cells(run, progress=False) == []  # everything finished: nothing to do
 
 

@@ -31,7 +31,7 @@ def logged(tmp_path_factory):
 def test_each_cell_is_an_offline_run_with_the_cell_tables_values(logged):
     table = ResultsStore(logged).cells().set_index("cell_id")
     runs = offline_runs(logged)  # offline by default, inside the results folder
-    assert len(runs) == len(table) == 2
+    assert len(runs) == len(table) == 3  # coding, math and the derived overall row (category=all)
     for wb in runs:
         cell = wb.config["cell"]
         row = table.loc[cell["cell_id"]]
@@ -42,7 +42,11 @@ def test_each_cell_is_an_offline_run_with_the_cell_tables_values(logged):
         for k, p in enumerate(row["accepted_per_pos"], start=1):
             assert wb.summary[f"accepted_per_pos/{k}"] == pytest.approx(p)
         per_cat = wb.tables()["per_category"]
-        (cat_row,) = [dict(zip(per_cat["columns"], r)) for r in per_cat["data"]]
+        cat_rows = [dict(zip(per_cat["columns"], r)) for r in per_cat["data"]]
+        if row["derived"]:  # the overall row's table: one row per category cell it pools
+            assert sorted(r["category"] for r in cat_rows) == ["coding", "math"]
+            continue
+        (cat_row,) = cat_rows
         assert cat_row["category"] == row["category"]
         assert cat_row["al"] == pytest.approx(row["al"]) and cat_row["n_requests"] == row["n_requests"]
         assert cat_row["speedup"] == pytest.approx(row["speedup"])
@@ -69,11 +73,11 @@ def test_wandb_log_after_the_fact_adds_the_sweep_run_with_report_plots(logged, t
     runs = offline_runs(out)
     sweep = [r for r in runs if r.job_type == "sweep"]
     cells = [r for r in runs if r.job_type == "cell"]
-    assert len(cells) == 2 and len(sweep) == 1
+    assert len(cells) == 3 and len(sweep) == 1
     assert {r.run_id for r in cells} == {r.run_id for r in offline_runs(logged)}  # same W&B run per cell
-    assert sweep[0].summary["n_cells"] == 2 and sweep[0].group == "wb"
+    assert sweep[0].summary["n_cells"] == 3 and sweep[0].group == "wb"
     assert [p.suffix for p in sweep[0].images()] == [".png"]
-    assert len(sweep[0].tables()["cells"]["data"]) == 2
+    assert len(sweep[0].tables()["cells"]["data"]) == 3
 
 
 def test_logger_config_errors_name_the_option(tmp_path):

@@ -66,6 +66,7 @@ class StepCounts:
     t_accept: float = NAN
     verify_tokens: int = -1  # tokens in flight in the verification forward; -1 unknown
     iteration: int = -1  # id of the target forward within one ``run_turns`` call (shared by a batch's rows)
+    kept: int = -1  # tokens of this step the output kept (a stop token or max_new_tokens cut the rest); -1: not known
 
     def __post_init__(self) -> None:
         if self.emitted < 0:
@@ -91,6 +92,33 @@ class TurnResult:
     hist: list[int] = field(default_factory=list)
     # False: ``steps`` are timing rows only and acceptance comes from the pooled counts above
     counts_from_steps: bool = True
+    # the stream as a client would see it: tokens per chunk (the prefill's token first); None: not known
+    chunks: list[int] | None = None
+    finish: str = ""  # "stop" (a stop token ended the turn) | "length" (max_new_tokens) | "" not known
+    lead_tokens: int = 1  # output tokens before the first listed step (the prefill's token)
+
+
+def finish_reason(output: list[int], stop_ids, max_new_tokens: int) -> str:
+    """How a turn ended, read from its output: "stop" (its last token is a stop token), "length"
+    (max_new_tokens tokens), else "" (not known)."""
+    if output and output[-1] in stop_ids:
+        return "stop"
+    return "length" if len(output) >= max_new_tokens else ""
+
+
+def cut_to_output(steps: list[StepCounts], n_output: int, lead: int = 1) -> bool:
+    """Fill ``kept`` for engines that report per-step counts before truncation: the output is
+    ``lead`` tokens and then every step's ``emitted`` tokens, so tokens beyond ``n_output`` were
+    cut from the last steps. Returns False (``kept`` left unknown) when the counts do not
+    account for the output (e.g. steps without a proposal are not listed)."""
+    total = lead + sum(s.emitted for s in steps)
+    if total < n_output or (steps and total - steps[-1].emitted >= n_output):
+        return False
+    left = n_output - lead
+    for s in steps:
+        s.kept = max(0, min(s.emitted, left))
+        left -= s.kept
+    return True
 
 
 @dataclass

@@ -31,7 +31,8 @@ import torch
 
 from .. import models
 from ..engine.clock import Clock
-from .base import NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
+from .base import (NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult,
+                   finish_reason)
 
 METHODS = ("none", "draft_model", "ngram")
 
@@ -183,6 +184,10 @@ class HFBackend(Backend):
             raise RuntimeError("generate emitted no tokens")
         t_first, t_last = puts[0][0], puts[-1][0]
         result = TurnResult(output, len(prompt), t_first - t_start, t_last - t_first, t_last - t_start)
+        # the streamer's puts are what a streaming client sees (HF crops at EOS / max_new_tokens first)
+        result.chunks = [n for _, n in puts if n > 0]
+        eos = self.tokenizer.eos_token_id
+        result.finish = finish_reason(output, set() if spec.ignore_eos or eos is None else {eos}, spec.max_new_tokens)
         if spec.drafter.method == "none":
             # the first put is the prefill's token; each later put is one plain decode step
             result.steps = [StepCounts(0, 0, emitted=n, t_step=t - tp) for (tp, _), (t, n) in zip(puts, puts[1:])]
@@ -191,10 +196,11 @@ class HFBackend(Backend):
         if len(recorder.rows) != len(puts):
             raise RuntimeError(f"hf: {len(recorder.rows)} candidate rounds but {len(puts)} streamed steps")
         result.steps = []
+        result.lead_tokens = 0  # the first iteration's put holds the prefill's token and its verified drafts
         for i, ((t, n), (drafted, accepted, t_d, t_v)) in enumerate(zip(puts, recorder.rows)):
             first = i == 0  # prefill + first verification in one forward: no clean per-step time
             result.steps.append(
-                StepCounts(drafted, accepted, emitted=accepted + 1,
+                StepCounts(drafted, accepted, emitted=accepted + 1, kept=min(n, accepted + 1),
                            t_step=NAN if first else t - puts[i - 1][0],
                            t_draft=NAN if first else t_d, t_verify=NAN if first else t_v)
             )

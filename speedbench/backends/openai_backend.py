@@ -14,7 +14,9 @@ Poisson ``request_rate``. Per request:
   chunk inter-arrival times (a chunk is one engine step for vLLM);
 * acceptance, ``al_source``: ``steps`` when the server returns per-request spec-decode metrics
   (vLLM ``--per-request-spec-decode-metrics``), else ``chunks``: tokens per chunk with the
-  first (prefill) chunk and the final chunk trimmed, as SPEED-Bench does. Chunk AL counts
+  first (prefill) chunk and the final chunk (possibly cut) trimmed. The whole stream, every chunk,
+  is kept in the records for ``al_speed_bench`` (the SPEED-Bench tool's current rule counts the
+  first chunk and takes only the stop token off the last: docs/acceptance.md). Chunk AL counts
   every step, also steps where a lookup drafter proposed nothing, and a slow client can see
   two engine steps merged into one chunk: ``extra`` reports the merged-chunk fraction.
   ``drafted`` from chunks is nominal (D per step).
@@ -187,7 +189,10 @@ class OpenAIBackend(Backend):
                           steps=None, al_source="none", text=text)
         counts = res.counts
         d = spec.drafter.num_speculative_tokens
+        turn.finish = {"stop": "stop", "length": "length"}.get(str(res.finish_reason or ""), "")
         if counts is not None:
+            turn.chunks = [n for n in counts if n > 0]  # the stream itself: what the SPEED-Bench tool counts
+            turn.lead_tokens = counts[0]
             # first chunk = prefill, last chunk = possibly cut by max_tokens/EOS: trimmed (SPEED-Bench)
             middle = list(zip(res.chunks[1:-1], counts[1:-1]))
             turn.steps = [

@@ -102,9 +102,11 @@ class _TorchSession(Session):
                 st = out.steps[rs.step]
                 steps.append(StepCounts(rs.drafted, rs.accepted, emitted=rs.accepted + 1, t_step=st.t_step,
                                         t_draft=st.t_draft, t_verify=st.t_verify, t_accept=st.t_accept,
-                                        verify_tokens=st.verify_tokens, iteration=rs.step))
+                                        verify_tokens=st.verify_tokens, iteration=rs.step, kept=rs.kept))
             results.append(TurnResult(
                 list(toks), out.prompt_lens[row], out.t_first - out.t_start, out.t_last[row] - out.t_first,
                 out.t_last[row] - out.t_start, steps=steps, al_source="steps",
+                # a streaming client sees the prefill's token, then each step's kept tokens
+                chunks=[1] + [s.kept for s in steps if s.kept > 0], finish=out.finish[row], lead_tokens=1,
             ))
         return results

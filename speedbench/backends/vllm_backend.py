@@ -43,7 +43,7 @@ from typing import Any
 from .. import models
 from ..models import local_dir
 from . import spec_counters, vllm_profile
-from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult, cut_to_output
 from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,9 @@ def _turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
     else:
         ttft = decode = NAN
     result = TurnResult(list(comp.token_ids), len(prompt), ttft, decode, ttft + decode, steps=[], al_source="none")
+    result.finish = {"stop": "stop", "length": "length"}.get(str(getattr(comp, "finish_reason", "") or ""), "")
     if not speculative:
+        result.chunks = [1] * len(comp.token_ids)  # one token per step without speculation
         return result
     sd = getattr(comp, "spec_decode_metrics", None)
     if sd is None:
@@ -275,6 +277,10 @@ def _turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
     elif sd.per_step_drafted:
         result.steps = [StepCounts(d, a) for d, a in zip(sd.per_step_drafted, sd.per_step_accepted)]
         result.al_source = "steps"
+        # counts are before truncation; where they account for the output (every step listed, i.e. every
+        # step proposed), the kept tokens follow from its length; else kept stays unknown (= emitted)
+        if cut_to_output(result.steps, len(comp.token_ids), lead=1):
+            result.chunks = [1] + [s.kept for s in result.steps if s.kept > 0]
     else:  # summary level: totals and histogram, no per-step rows
         result.steps, result.al_source = None, "steps"
         result.n_drafts = sum(sd.histogram)

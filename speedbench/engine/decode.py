@@ -36,6 +36,7 @@ class RowStep:
     step: int
     drafted: int
     accepted: int
+    kept: int = 0  # tokens of this step the output kept (< accepted + 1 when a stop token or the length cut it)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class BatchOutput:
     t_last: list[float]
     steps: list[StepTiming] = field(default_factory=list)
     row_steps: list[list[RowStep]] = field(default_factory=list)
+    finish: list[str] = field(default_factory=list)  # per row: "stop" (a stop token) | "length" (max_new_tokens)
 
 
 def generate(
@@ -88,9 +90,11 @@ def generate(
     t_first = clock.now()
 
     outputs = [[tok] for tok in first.tolist()]
-    done = [max_new_tokens <= 1 or o[0] in stop_ids for o in outputs]
+    finish = ["stop" if o[0] in stop_ids else "length" if max_new_tokens <= 1 else "" for o in outputs]
+    done = [bool(f) for f in finish]
     t_last = [t_first] * batch
-    out = BatchOutput(outputs, [len(p) for p in prompts], t_start, t_first, t_last, [], [[] for _ in range(batch)])
+    out = BatchOutput(outputs, [len(p) for p in prompts], t_start, t_first, t_last, [], [[] for _ in range(batch)],
+                      finish)
     arange = torch.arange(batch, device=device)
     step = 0
     t_prev = t_first
@@ -120,11 +124,14 @@ def generate(
         for b in range(batch):
             if done[b]:
                 continue
-            out.row_steps[b].append(RowStep(step, drafted_l[b], acc_l[b]))
+            row = RowStep(step, drafted_l[b], acc_l[b])
+            out.row_steps[b].append(row)
             for tok in emitted_l[b][: counts_l[b]]:
                 outputs[b].append(tok)
+                row.kept += 1
                 if tok in stop_ids or len(outputs[b]) >= max_new_tokens:
                     done[b] = True
+                    finish[b] = "stop" if tok in stop_ids else "length"
                     t_last[b] = t_accepted
                     break
         t_end = clock.now()

@@ -59,8 +59,11 @@ class WandbLogger(CellLogger):
 
     def log_cell_id(self, cell_id: str, store: ResultsStore) -> None:
         row = json.loads((store.root / "cells" / f"{cell_id}.json").read_text())
-        requests_path = store.root / "requests" / f"{cell_id}.parquet"
-        requests = pd.read_parquet(requests_path) if requests_path.exists() else pd.DataFrame()
+        # a derived overall row (category=all) has no records of its own: its category cells' are its
+        parts = (row.get("extra") or {}).get("derived_from") or [cell_id] if row.get("derived") else [cell_id]
+        paths = [store.root / "requests" / f"{cid}.parquet" for cid in parts]
+        frames = [pd.read_parquet(p) for p in paths if p.exists()]
+        requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         run = self._init(
             row["run_id"], stable_hash({"run_id": row["run_id"], "cell_id": cell_id}), payload.run_name(row),
             "cell", payload.tags(row), payload.config(row, store.provenance()),

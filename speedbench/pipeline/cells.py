@@ -13,7 +13,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 
 from .. import metrics
 from ..backends.base import GenerateOutput
-from ..config import ProtocolConfig, RunConfig
+from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult
 
 NAN = math.nan
@@ -88,14 +88,14 @@ def _key_fields(key: CellKey) -> dict:
 
 def summarize(
     key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int,
-    protocol: ProtocolConfig | None = None,
+    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None,
 ) -> CellResult:
     """The cell row from matched baseline and speculative passes on the same requests (every repeat)."""
     protocol = protocol or ProtocolConfig()
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
     values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus,
-                                  protocol.confidence, protocol.n_resamples)
+                                  protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
     tps = values.pop("tokens_per_step")
     return CellResult(
         **_key_fields(key),
@@ -110,6 +110,20 @@ def summarize(
         error="" if not failed else f"{len(failed)} request(s) failed; first: {failed[0].error}",
         extra={"tokens_per_step": tps, "n_failed_requests": len(failed), **spec.extra},
     )
+
+
+OVERALL = "all"
+
+
+def overall_key(run: RunConfig, context_bucket: str) -> CellKey:
+    """The id of a configuration's derived overall row (``category=all``, pooled from its category cells).
+
+    ``derived`` is part of the identity, so it never collides with a measured ``per_category=false``
+    cell of the same settings (which pools the same prompts in one measurement).
+    """
+    key = CellKey.for_run(run, OVERALL, context_bucket)
+    ident = {"measured_cell": key.cell_id, "derived": "pooled per-category cells"}
+    return CellKey(**{**asdict(key), "cell_id": stable_hash(ident)})
 
 
 def failed_cell(key: CellKey, error: str, device: str, n_gpus: int) -> CellResult:

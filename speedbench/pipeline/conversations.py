@@ -12,6 +12,13 @@ error; the pass goes on.
 * TTFT is the first turn's; TPOT = decode time / (tokens - 1), summed over turns;
 * a *draft* is a step with at least one proposed token; ``accepted`` counts leading draft
   tokens accepted before any truncation at ``max_new_tokens``; the histogram is over drafts;
+* ``kept`` is what the output kept of a step (a stop token or ``max_new_tokens`` cut the rest);
+  an engine that does not say keeps ``kept = emitted``; the record's ``kept``/``accepted_kept``
+  sum it over drafting steps (-1 when acceptance came from pooled counters);
+* a step's ``position`` is where its first token lands in the turn's reply: the turn's
+  ``lead_tokens`` (the prefill's token) plus the kept tokens of the steps before it;
+* the record carries the stream as a client sees it (``chunks`` per turn, ``turn_finish``) for
+  the SPEED-Bench tool's AL (``metrics.al_speed_bench``);
 * a time an engine does not expose is NaN, never an estimate;
 * every step row carries ``iteration``: the id of its target forward within the pass, shared
   by the rows of one batch, so per-iteration times are counted once.
@@ -144,6 +151,10 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
     steps: list[StepRecord] = []
     hist: list[int] = []
     n_drafts = drafted = accepted = 0
+    kept = accepted_kept = 0
+    kept_known = True
+    chunks: list[int] = []
+    turn_chunks: list[int] = []
     decode_s, decode_tokens, e2e, prompt_tokens = 0.0, 0, 0.0, 0
     sources = {t.al_source for t in turns}
     for turn_no, turn in enumerate(turns):
@@ -158,24 +169,36 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
             n_drafts, drafted, accepted = n_drafts + turn.n_drafts, drafted + turn.drafted, accepted + turn.accepted
             for k, n in enumerate(turn.hist):
                 add_hist(hist, k, n)
+            kept_known = kept_known and turn.n_drafts == 0
+        if chunks is not None and turn.chunks is not None:
+            chunks += turn.chunks
+            turn_chunks.append(len(turn.chunks))
+        else:
+            chunks = None
+        position = turn.lead_tokens
         for s in turn.steps or ():
+            k = s.kept if s.kept >= 0 else s.emitted
             steps.append(
                 StepRecord(
                     request_id=req.request_id, step=len(steps), batch_index=batch_index, drafted=s.drafted,
                     accepted=s.accepted, emitted=s.emitted, t_draft=s.t_draft, t_verify=s.t_verify,
                     t_accept=s.t_accept, t_step=s.t_step, verify_tokens=s.verify_tokens,
-                    iteration=s.iteration, turn=turn_no, repeat=repeat,
+                    iteration=s.iteration, turn=turn_no, repeat=repeat, kept=k, position=position,
                 )
             )
+            position += k
             if s.drafted > 0 and not pooled:
                 n_drafts, drafted, accepted = n_drafts + 1, drafted + s.drafted, accepted + s.accepted
                 add_hist(hist, s.accepted)
+                kept, accepted_kept = kept + k, accepted_kept + min(k, s.accepted)
     source = sources.pop() if len(sources) == 1 else ("none" if not sources else "+".join(sorted(sources)))
     rec = record(
         req, role, output, prompt_tokens=prompt_tokens, ttft=turns[0].ttft if turns else NAN,
         tpot=decode_s / decode_tokens if decode_tokens > 0 else NAN, e2e=e2e, n_steps=len(steps),
         n_drafts=n_drafts, drafted=drafted, accepted=accepted, accepted_hist=tuple(hist), al_source=source,
-        repeat=repeat,
+        repeat=repeat, kept=kept if kept_known else -1, accepted_kept=accepted_kept if kept_known else -1,
+        chunks=tuple(chunks) if chunks is not None else (), turn_chunks=tuple(turn_chunks) if chunks is not None else (),
+        turn_tokens=tuple(len(t.output_ids) for t in turns), turn_finish=tuple(t.finish for t in turns),
     )
     return rec, steps
 

@@ -8,19 +8,20 @@ error and the sweep goes on; cells already finished in the results folder are sk
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import OrderedDict
 from dataclasses import replace
 
-from ..backends.base import BACKENDS, Backend, GenerateSpec
+from ..backends.base import BACKENDS, Backend, GenerateOutput, GenerateSpec
 from ..config import DrafterConfig, RunConfig
 from ..data import DatasetSpec
 from ..loggers import build_logger
-from ..records import STATUS_OK, CellResult, Request, to_row
+from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
 from ..results.store import ResultsStore
 from . import conversations, protocol, validation
-from .cells import CellKey, asdict_clean, failed_cell, stable_hash, summarize
+from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
 
 log = logging.getLogger(__name__)
 BASELINE = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
@@ -85,6 +86,7 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
     if skipped:
         log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
     if not todo:
+        overall_cells(run, store, [k for k, _ in keys], measured=set())  # only a missing overall row is written
         return []
     runlock.check_writable(store.root)
     locks = runlock.CellLocks(store.root)
@@ -97,11 +99,91 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
             return []
         logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
         try:
-            return _measure(run, requests, store, todo, logger, progress, prepared)
+            cells = _measure(run, requests, store, todo, logger, progress, prepared)
+            for cell in overall_cells(run, store, [k for k, _ in keys], measured={c.cell_id for c in cells}):
+                logger.log_cell(cell, store)  # written and logged, not returned: the measured cells are
+            return cells
         finally:
             logger.close()
     finally:
         locks.release()
+
+
+def _read(store: ResultsStore, cell_id: str) -> tuple[GenerateOutput, GenerateOutput] | None:
+    """A finished cell's baseline and speculative passes, read back from its records."""
+    req_path, step_path = store.root / "requests" / f"{cell_id}.parquet", store.root / "steps" / f"{cell_id}.parquet"
+    if not req_path.exists():
+        return None
+    import pandas as pd
+
+    reqs = pd.read_parquet(req_path).to_dict("records")
+    steps = pd.read_parquet(step_path).to_dict("records") if step_path.exists() else []
+    cell = store.cell(cell_id)
+    walls = cell.get("extra", {}) or {}
+    out = []
+    for role in ("baseline", "spec"):
+        records = [from_row(RequestRecord, r) for r in reqs if r.get("role") == role]
+        rows = [from_row(StepRecord, s) for s in steps if s.get("role") == role]
+        out.append(GenerateOutput(records, rows, float(walls.get(f"wall_s_{role}", math.nan))))
+    return out[0], out[1]
+
+
+def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], measured: set[str]) -> list[CellResult]:
+    """Per context bucket with two or more categories: the derived ``category=all`` row, every metric
+    computed from the category cells' records (metrics.pass_metrics on their union), written as its own
+    cell (``derived=True``; id from ``cells.overall_key``). Not written while a category cell is
+    missing or failed; rewritten when one of its category cells was ``measured`` in this invocation
+    (or it is missing), so a resumed run keeps it current and a finished one leaves it alone."""
+    if not run.per_category:
+        return []
+    out = []
+    buckets: OrderedDict[str, list[CellKey]] = OrderedDict()
+    for k in keys:
+        buckets.setdefault(k.context_bucket, []).append(k)
+    for bucket, parts in buckets.items():
+        if len(parts) < 2 or not all(store.finished(k.cell_id) for k in parts):
+            continue
+        if store.finished(overall_key(run, bucket).cell_id) and not measured & {k.cell_id for k in parts}:
+            continue
+        try:
+            cell = _overall_cell(run, store, bucket, parts)
+        except Exception:  # a derived row must not end the run: its category cells are written
+            log.exception("overall row of context bucket %r failed", bucket)
+            continue
+        if cell is not None:
+            store.write_cell(cell)
+            out.append(cell)
+    return out
+
+
+def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[CellKey]) -> CellResult | None:
+    passes = [_read(store, k.cell_id) for k in parts]
+    if any(p is None for p in passes):
+        return None
+    merged = [protocol._merge([p[i] for p in passes]) for i in (0, 1)]
+    part_cells = [store.cell(k.cell_id) for k in parts]
+    key = overall_key(run, bucket)
+    info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
+    cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
+                     info_device, n_gpus, run.protocol, run.acceptance)
+    noise = cell.speedup_noise
+    reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
+    if not (math.isfinite(noise) and noise <= run.protocol.target_rel_half_width):
+        reasons.insert(0, f"measurement noise +-{noise:.1%} above the target +-{run.protocol.target_rel_half_width:.0%}")
+
+    def agg(name, fn):
+        vals = [float(c[name]) for c in part_cells if c.get(name) is not None and math.isfinite(float(c[name]))]
+        return fn(vals) if vals else math.nan
+
+    cell = replace(
+        cell, derived=True, stable=not reasons, unstable_reason="; ".join(reasons),
+        n_repeats=min(int(c.get("n_repeats") or 0) for c in part_cells),
+        cpu_util=agg("cpu_util", min), load_avg=agg("load_avg", max), steal_frac=agg("steal_frac", max),
+        threads=int(part_cells[0].get("threads") or 0),
+        extra={**cell.extra, "derived_from": [k.cell_id for k in parts],
+               "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
+    )
+    return _with_config(cell, run)
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
@@ -129,11 +211,13 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
-            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol), run, reqs, prepared)
+            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol, run.acceptance),
+                                run, reqs, prepared)
             reason = m.instability(cell.speedup_noise, run.protocol)
             cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
-                           extra={**cell.extra, "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s,
+                           extra={**cell.extra, "wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
+                                  "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s,
                                                              "blocks": len(protocol.blocks(reqs, run.batch_size, backend.asynchronous))}})
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]

@@ -13,6 +13,8 @@ COLUMNS = [
     ("batch_size", "B"),
     ("n_requests", "n"),
     ("al", "AL"),
+    ("al_speed_bench", "AL(SPEED-Bench)"),
+    ("degenerate_frac", "loops"),
     ("acceptance_rate", "acc"),
     ("t_draft_ms", "draft ms"),
     ("t_verify_ms", "verify ms"),

@@ -36,9 +36,18 @@ class ReportData:
 
     @property
     def ok(self) -> pd.DataFrame:
+        """Measured cells that finished; derived rows (category=all) are left out so no mean counts a
+        prompt twice (see ``overall``)."""
         if self.cells.empty:
             return self.cells
-        return self.cells[self.cells["status"] == "ok"].reset_index(drop=True)
+        return self.cells[(self.cells["status"] == "ok") & ~_derived(self.cells)].reset_index(drop=True)
+
+    @property
+    def overall(self) -> pd.DataFrame:
+        """Derived rows (category=all): each configuration pooled over its category cells' records."""
+        if self.cells.empty:
+            return self.cells
+        return self.cells[(self.cells["status"] == "ok") & _derived(self.cells)].reset_index(drop=True)
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -107,6 +116,12 @@ def load(paths: list[str | Path]) -> ReportData:
         microbench={k: pd.concat(v, ignore_index=True) for k, v in micro.items() if v},
         targets=targets, device_names=[d for d in dict.fromkeys(devices) if d],
     )
+
+
+def _derived(cells: pd.DataFrame) -> pd.Series:
+    if "derived" not in cells:
+        return pd.Series(False, index=cells.index)
+    return cells["derived"].map(lambda v: bool(v) and v == v)
 
 
 def finite(x: Any) -> bool:

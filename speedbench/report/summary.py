@@ -10,7 +10,7 @@ from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_spe
                      setup_cols, spec_cells, stable_cells)
 from .load import ReportData
 
-VALUES = ["al", "speedup_predicted", "greedy_match_rate"]
+VALUES = ["al", "al_speed_bench", "speedup_predicted", "greedy_match_rate", "degenerate_frac"]
 FEW_REQUESTS = 10
 PREDICTION_TOLERANCE = 0.20
 
@@ -18,6 +18,9 @@ PREDICTION_TOLERANCE = 0.20
 def config_table(spec: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: AL and greedy match as means over its cells; speedup and predicted speedup as
     geometric means (ratios average on the log scale), the speedup with its interval."""
+    for c in VALUES:  # results written before a column existed: n/a
+        if c not in spec:
+            spec = spec.assign(**{c: float("nan")})
     keys = setup_cols(spec) + [MECH, "method", D, B]
     conf = per_config(spec, VALUES).merge(config_speedups(spec), on=keys, how="left")
     pred = spec.assign(_lp=[math.log(v) if finite(v) and v > 0 else math.nan for v in spec["speedup_predicted"]])
@@ -41,7 +44,8 @@ def build(data: ReportData) -> Section:
     failed = data.failed
     sec.text(
         f"{len(cells)} cells from {len(data.roots)} results folder(s) "
-        f"({', '.join(str(r) for r in data.roots)}); {len(ok)} ok, {len(failed)} failed; "
+        f"({', '.join(str(r) for r in data.roots)}); {len(ok)} ok, {len(failed)} failed"
+        + (f", {len(data.overall)} derived overall (category=all) rows" if len(data.overall) else "") + "; "
         f"backends: {', '.join(data.backends) or 'n/a'}; devices: {', '.join(data.device_names) or 'n/a'}."
     )
     if "synthetic" in data.backends:
@@ -57,7 +61,10 @@ def build(data: ReportData) -> Section:
         "as a geometric mean with a 95% interval. AL counts the bonus token. Each cell's speedup is the geometric "
         "mean over its requests of the median paired TPOT ratio over repeats (baseline and speculative passes "
         "interleaved ABBA); its interval is a bootstrap over requests and repeats. Two configurations whose "
-        "measurement-noise intervals (prompts held fixed) overlap are a tie."
+        "measurement-noise intervals (prompts held fixed) overlap are a tie. Two AL conventions side by side: *AL* = 1 + accepted / drafts pooled over a cell's "
+        "requests (vLLM's counters); *SPEED-Bench AL* = the SPEED-Bench tool's (tokens per streamed chunk, prefill "
+        "chunk included, stop token off the last chunk, mean per request, then over requests). Section *Acceptance "
+        "on each convention* has all four and the overall (all categories) rows."
     )
     spec = spec_cells(ok)
     if spec.empty:
@@ -65,15 +72,16 @@ def build(data: ReportData) -> Section:
         _failed(sec, failed)
         return sec
     conf = config_table(spec)
-    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "stable", "requests", "al", "speedup", "interval",
+    show = conf[setup_cols(spec) + [MECH, D, B, "cells", "stable", "requests", "al", "al_speed_bench", "speedup", "interval",
                                     "speedup_predicted", "pred_over_meas", "greedy_match_rate"]]
     sec.table(
-        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "speedup": "speedup (geo. mean)",
+        show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "al_speed_bench": "SPEED-Bench AL",
+                             "speedup": "speedup (geo. mean)",
                              "interval": "95% interval", "stable": "stable cells",
                              "speedup_predicted": "predicted speedup", "pred_over_meas": "predicted / measured",
                              "greedy_match": "greedy match", "greedy_match_rate": "greedy match"}),
         "Per configuration (over categories and context buckets).",
-        {"AL": MEASURED, "speedup (geo. mean)": MEASURED, "95% interval": MEASURED, "predicted speedup": DERIVED,
+        {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup (geo. mean)": MEASURED, "95% interval": MEASURED, "predicted speedup": DERIVED,
          "predicted / measured": DERIVED, "greedy match": MEASURED},
     )
     picks = recommend(spec, conf, "synthetic" in data.backends)
@@ -86,16 +94,18 @@ def build(data: ReportData) -> Section:
     sec.table(picks, "", {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "predicted": DERIVED})
     spec = spec.assign(interval=[interval(lo, hi) for lo, hi in zip(
         spec.get("speedup_ci_low", spec["speedup"] * math.nan), spec.get("speedup_ci_high", spec["speedup"] * math.nan))])
-    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "speedup",
-                                            "interval", "n_repeats", "stable", "speedup_predicted",
-                                            "greedy_match_rate"] if c in spec]
+    cols = [c for c in setup_cols(spec) + ["category", "context_bucket", MECH, D, B, "n_requests", "al", "al_speed_bench",
+                                            "speedup", "interval", "n_repeats", "stable", "speedup_predicted",
+                                            "greedy_match_rate", "degenerate_frac"] if c in spec]
     sec.text(f"### All cells ({len(spec)})")
     sec.table(spec[cols].sort_values([MECH, D, B, "category"]).rename(columns={
         "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
-        "interval": "95% interval", "n_repeats": "repeats",
+        "interval": "95% interval", "n_repeats": "repeats", "al_speed_bench": "SPEED-Bench AL",
+        "degenerate_frac": "degenerate",
         "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
         {"context bucket": {"": "(none)"}}), "",
-        {"AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED, "greedy match": MEASURED})
+        {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED,
+         "greedy match": MEASURED})
     _unstable(sec, spec)
     _failed(sec, failed)
     return sec
@@ -151,6 +161,9 @@ def caveats(spec: pd.DataFrame, conf: pd.DataFrame, r: pd.Series, synthetic: boo
     ratio = r["speedup_predicted"] / r["speedup"]
     if finite(ratio) and abs(ratio - 1) > PREDICTION_TOLERANCE:
         out.append(f"predicted speedup off by {ratio - 1:+.0%}: time outside draft/verify is large")
+    if finite(r.get("degenerate_frac")) and r["degenerate_frac"] > 0:
+        out.append(f"{r['degenerate_frac']:.0%} of requests (mean over cells) end in a repetition loop: "
+                   "AL and speedup overstate real text")
     if finite(r["greedy_match_rate"]) and r["greedy_match_rate"] < 1:
         out.append(f"greedy output differs from the baseline in {1 - r['greedy_match_rate']:.0%} of requests")
     cells = spec[(spec[B] == r[B])]

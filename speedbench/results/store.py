@@ -134,6 +134,11 @@ class ResultsStore:
         frame = pd.DataFrame(rows, columns=CELL_COLUMNS if not rows else None)
         return frame.fillna(value=math.nan) if not frame.empty else frame
 
+    def cell(self, cell_id: str) -> dict[str, Any]:
+        """One cell's row as written (``{}`` when there is none)."""
+        path = self.root / "cells" / f"{cell_id}.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
     def finished(self, cell_id: str) -> bool:
         path = self.root / "cells" / f"{cell_id}.json"
         if not path.exists():
