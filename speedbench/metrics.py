@@ -77,24 +77,6 @@ def al_from_counts(accepted, drafts):
         return np.where(drafts > 0, 1.0 + np.asarray(accepted, dtype=float) / drafts, np.nan)
 
 
-def speedup_from_tpots(tpot_baseline, tpot_spec, axis: int = -1):
-    """Speedup = median baseline TPOT / median speculative TPOT (NaN TPOTs of 1-token requests ignored).
-
-    Scalars come back for 1-D input; along ``axis`` for stacked resamples.
-    """
-    import warnings
-
-    b, s = np.asarray(tpot_baseline, dtype=float), np.asarray(tpot_spec, dtype=float)
-    if b.size == 0 or s.size == 0:
-        return NAN
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
-        mb, ms = np.nanmedian(b, axis), np.nanmedian(s, axis)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out = np.where(ms > 0, mb / ms, np.nan)
-    return float(out) if np.ndim(out) == 0 else out
-
-
 @dataclass(frozen=True)
 class Acceptance:
     drafts: int
@@ -474,6 +456,23 @@ def tpot_ratios(base: Sequence[RequestRecord], spec: Sequence[RequestRecord]) ->
     """Paired TPOT ratios [request, repeat] of requests measured in both runs (NaN where one is missing)."""
     b, s = _by_request_repeat(base, lambda r: r.tpot), _by_request_repeat(spec, lambda r: r.tpot)
     return _matrix({k: b[k] / s[k] if s[k] > 0 else NAN for k in b.keys() & s.keys()})
+
+
+def tpot_ratio_table(frame) -> tuple[list[str], np.ndarray]:
+    """(request ids, paired TPOT ratios [request, repeat]) from a requests table (the results store's
+    ``requests/<cell>.parquet``: columns request_id, role, status, tpot, repeat); a table written
+    before repeats existed counts as one repeat."""
+    ok = frame[frame["status"] == STATUS_OK]
+    if "repeat" not in ok.columns:
+        ok = ok.assign(repeat=0)
+    spec, base = ok[ok["role"] == "spec"], ok[ok["role"] == "baseline"]
+    ids = sorted(set(spec["request_id"]) & set(base["request_id"]))
+    tb = base.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
+    ts = spec.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
+    reps = sorted(set(tb.columns) & set(ts.columns)) if ids else []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = tb.loc[ids, reps].to_numpy(float) / ts.loc[ids, reps].to_numpy(float) if ids else np.empty((0, 0))
+    return ids, ratios.reshape(len(ids), len(reps))
 
 
 def _matrix(values: dict) -> np.ndarray:

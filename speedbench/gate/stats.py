@@ -43,19 +43,11 @@ class RequestArrays:
 
     @staticmethod
     def from_frame(frame: pd.DataFrame) -> "RequestArrays":
+        ids, ratios = metrics.tpot_ratio_table(frame)
         ok = frame[frame["status"] == STATUS_OK]
-        if "repeat" not in ok.columns:  # results written before repeats existed: one repeat
-            ok = ok.assign(repeat=0)
-        spec, base = ok[ok["role"] == "spec"], ok[ok["role"] == "baseline"]
-        ids = sorted(set(spec["request_id"]) & set(base["request_id"]))
-        acc = spec.groupby("request_id")[["accepted", "n_drafts"]].sum()
-        tb = base.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
-        ts = spec.drop_duplicates(["request_id", "repeat"]).pivot(index="request_id", columns="repeat", values="tpot")
-        reps = sorted(set(tb.columns) & set(ts.columns))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratios = tb.loc[ids, reps].to_numpy(float) / ts.loc[ids, reps].to_numpy(float)
-        return RequestArrays(tuple(ids), acc.loc[ids, "accepted"].to_numpy(float),
-                             acc.loc[ids, "n_drafts"].to_numpy(float), ratios.reshape(len(ids), len(reps)))
+        acc = ok[ok["role"] == "spec"].groupby("request_id")[["accepted", "n_drafts"]].sum()
+        return RequestArrays(tuple(ids), acc.loc[ids, "accepted"].to_numpy(float), acc.loc[ids, "n_drafts"].to_numpy(float),
+                             ratios)
 
     def take(self, ids: list[str]) -> "RequestArrays":
         pos = {r: i for i, r in enumerate(self.request_ids)}
