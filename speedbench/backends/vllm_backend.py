@@ -42,7 +42,7 @@ from typing import Any
 
 from .. import models
 from ..models import local_dir
-from . import spec_counters, vllm_profile
+from . import spec_counters, vllm_profile, vllm_timers
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
 
@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 _registry_owner: list[int | None] = [None]
 CPU_DEFAULTS = {"kv_cache_memory_bytes": 512 << 20, "enforce_eager": True}
 TIMING_SPLIT = "missing: vLLM reports no per-step draft/verify times; t_draft/t_verify are NaN"
+TIMERS_MEASURED = ("timers around vLLM's model-runner drafter (propose_draft_token_ids), target forward "
+                   "(_model_forward = verification) and rejection sampling + bookkeeping (_sample, "
+                   "_bookkeeping_sync), per engine iteration, in the measured pass; device-synced on CUDA; "
+                   "t_step = period between iteration starts; other = step - the three")
+TIMERS_SEPARATE = ("timers as in the measured mode but device-synced, in one extra replay batch per pass "
+                   "(timed_split.split_ms, overhead = its step time / the measured pass's step time - 1); "
+                   "the measured pass's step rows carry only t_step (unsynced iteration periods)")
 PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra profiled batch "
             "(first iteration dropped; profiler overhead included); step rows stay NaN")
 
@@ -82,11 +89,18 @@ class VllmBackend(Backend):
         if profile not in ("auto", "true", "false"):
             raise ValueError(f"backend.options.profile_split must be auto, true or false, got {profile!r}")
         # host-side scope times are compute times on CPU only (CUDA kernels run asynchronously)
-        self.profile = profile == "true" or (profile == "auto" and self.on_cpu)
+        timers = str(o.timers).lower()
+        if timers not in ("auto", "measured", "separate", "false"):
+            raise ValueError(f"backend.options.timers must be auto, measured, separate or false, got {timers!r}")
+        # CPU: the sync is a no-op, so the timers run in the measured passes; CUDA: the synced
+        # timers remove vLLM's CPU/GPU overlap, so they run in one extra pass per call
+        self.timers = ("measured" if self.on_cpu else "separate") if timers == "auto" else timers
+        self.profile = profile == "true" or (profile == "auto" and self.on_cpu and self.timers == "false")
         self._trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if self.profile else None
         if self.profile:
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
         self._baseline_split: dict[int, dict] = {}
+        self._baseline_timed: dict[int, dict] = {}
         self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
         want = engine.device
         if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
@@ -137,8 +151,12 @@ class VllmBackend(Backend):
                 kwargs.setdefault("per_request_spec_decode_metrics", "detailed")
             elif self.spec_metrics == "per_request":
                 raise ValueError(f"vLLM {vllm_version()} has no per_request_spec_decode_metrics; use spec_metrics=counters")
+        if self.timers != "false":
+            kwargs.setdefault("worker_extension_cls", vllm_timers.EXTENSION)
         t0 = time.perf_counter()
         llm = LLM(**kwargs)
+        if self.timers != "false":
+            llm.collective_rpc("speedbench_timers_install")
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = llm
         _registry_owner[0] = id(llm)
@@ -160,7 +178,7 @@ class VllmBackend(Backend):
             "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": self.device,
             "llm_args": {k: v for k, v in self.llm_args.items()}, "max_engines": self.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
-            "profile_split": self.profile,
+            "profile_split": self.profile, "timers": self.timers,
         }
 
     # ---- generation ------------------------------------------------------------------------------
@@ -216,14 +234,23 @@ class _VllmSession(Session):
         self.total = None
         self.sources: set[str] = set()
         self.first_prompts: list[list[int]] = []  # the profiled pass replays up to B first turns
+        self.timed_rows: list[dict] = []
+        self.span_ratios: list[float] = []  # per request: sum of timed iteration periods / vLLM's decode span
+        self.unmatched = 0  # requests whose timed iterations did not line up with vLLM's per-request steps
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         from vllm.inputs import TokensPrompt
 
         b = self.backend
         before = b._counters(self.llm, self.key) if self.speculative else None
+        timed = b.timers != "false" and self.spec.role != "warmup"
+        if timed:  # separate mode: periods only here (no sync); the parts come from the extra pass
+            self.llm.collective_rpc("speedbench_timers_enable", args=(True, b.timers == "measured" and not b.on_cpu))
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
+        rows = self.llm.collective_rpc("speedbench_timers_take")[0] if timed else None
         results = [_turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
+        if rows is not None:
+            self._attach_times(rows, [o.request_id for o in outs], results)
         after = b._counters(self.llm, self.key) if self.speculative else None
         delta = after - before if before is not None and after is not None else None
         if delta is not None:
@@ -233,10 +260,74 @@ class _VllmSession(Session):
         self.sources |= {r.al_source for r in results}
         return results
 
+    def _attach_times(self, rows: list[dict], request_ids: list[str], results: list[TurnResult]) -> None:
+        """Give every request its decode iterations' times as step rows (see ``vllm_timers``)."""
+        b = self.backend
+        rows = vllm_timers.with_periods(rows)
+        if b.timers == "separate":  # unsynced host times of the parts mean nothing on CUDA
+            for r in rows:
+                r["draft"] = r["verify"] = r["accept"] = NAN
+        self.timed_rows += rows
+        per_request = vllm_timers.request_iterations(rows, request_ids)
+        for rid, result in zip(request_ids, results):
+            iters = per_request[rid]
+            listed = result.steps if (self.speculative and result.steps is not None and result.al_source == "steps") else None
+            if self.speculative and listed is None and result.al_source == "steps":
+                continue  # summary-level metrics: totals only, no rows to time
+            steps = vllm_timers.step_counts(iters, listed, 0)
+            if steps is None:
+                self.unmatched += 1
+                continue
+            if listed is None and self.speculative:  # counters: rows carry times; acceptance stays pooled
+                result.counts_from_steps = False
+            result.steps = steps
+            if len(result.output_ids) > 1 and result.decode_s > 0 and iters:
+                # vLLM's own first->last token span against the sum of the iterations timed here
+                self.span_ratios.append(sum(s.t_step for s in steps) / result.decode_s)
+
+    def _timing_extra(self, extra: dict[str, Any], spec: GenerateSpec, requests) -> None:
+        """Which timers gave the split, its summary (ms) and its error against vLLM's own timestamps."""
+        import numpy as np
+
+        b = self.backend
+        measured = vllm_timers.split_summary(self.timed_rows)
+        info: dict[str, Any] = {
+            "mode": b.timers, "device": b.device, "decode_iterations": measured.get("n", 0),
+            "unmatched_requests": self.unmatched,
+            # (sum of the timed iteration periods) / (vLLM's last_token_ts - first_token_ts) - 1, median over requests
+            "span_error": float(np.median(self.span_ratios) - 1) if self.span_ratios else NAN,
+        }
+        if b.timers == "measured":
+            info["split_ms"] = measured
+            extra["timing_source"] = f"vllm-runner-timers:measured-pass{':cuda-synced' if not b.on_cpu else ''}"
+            extra["timing_split"] = TIMERS_MEASURED
+        elif spec.extras and self.first_prompts and requests:
+            from vllm.inputs import TokensPrompt
+
+            self.llm.collective_rpc("speedbench_timers_enable", args=(True, True))
+            self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in self.first_prompts], self.params, use_tqdm=False)
+            rows = vllm_timers.with_periods(self.llm.collective_rpc("speedbench_timers_take")[0])
+            self.llm.collective_rpc("speedbench_timers_enable", args=(False, False))
+            timed = vllm_timers.split_summary(rows)
+            info["split_ms"] = timed
+            # how much the synced timers slow an iteration: timed pass step / measured pass step - 1
+            info["overhead"] = timed["step"] / measured["step"] - 1 if timed and measured.get("step") else NAN
+            if not self.speculative:
+                b._baseline_timed[spec.batch_size] = timed
+            elif "verify" in b._baseline_timed.get(spec.batch_size, {}):
+                info["verify_baseline_ms"] = b._baseline_timed[spec.batch_size]["verify"]
+            extra["timing_source"] = "vllm-runner-timers:separate-synced-pass"
+            extra["timing_split"] = TIMERS_SEPARATE
+        else:
+            extra["timing_source"] = "missing: separate timed pass not run for this pass"
+        extra["timed_split"] = info
+
     def finish(self, records, steps) -> dict[str, Any]:
         b, spec = self.backend, self.spec
         extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
         requests = [r for r in records if r.status == "ok"]
+        if b.timers != "false" and spec.role != "warmup":
+            self._timing_extra(extra, spec, requests)
         if b.profile and spec.extras and spec.role != "warmup" and requests and self.first_prompts:
             b._profile(self.llm, self.key, self.first_prompts, self.params, spec, extra)
         if self.speculative:
