@@ -169,6 +169,11 @@ class CellResult:
     load_avg: float = float("nan")  # 1-minute load average, max over the cell
     steal_frac: float = float("nan")  # CPU steal time / total CPU time over the cell
     threads: int = 0  # compute threads of an in-process engine (0: not known)
+    # the draft/verify split: where it came from, and the rest of the iteration
+    t_other_ms: float = float("nan")  # step time outside draft, verification and acceptance (mean per iteration)
+    timing_source: str = ""  # how t_draft/t_verify/t_accept were obtained, or "missing: <reason>"
+    split_error: float = float("nan")  # (sum of the timed iterations) / (the engine's own decode span) - 1
+    synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
 
 
 def to_row(record: Any) -> dict[str, Any]:

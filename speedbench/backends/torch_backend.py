@@ -46,6 +46,8 @@ class TorchBackend(Backend):
         return models.load_model(path, t.dtype, self.device, t.revision, t.trust_remote_code)
 
     def check(self, drafter, batch_size: int) -> None:
+        if drafter.method != "none":
+            synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs
         if drafter.method not in DRAFTERS:
             raise ValueError(
                 f"drafter.method={drafter.method!r} is not supported by backend=torch; supported: {DRAFTERS.names()}"
@@ -80,6 +82,7 @@ class _TorchSession(Session):
         self.generator = torch.Generator(device=backend.device).manual_seed(s.seed)
         eos = backend.tokenizer.eos_token_id
         self.stop = set() if spec.ignore_eos or eos is None else {eos}
+        self.acceptance = synthetic_acceptance(spec.drafter, s.seed)
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         b, spec = self.backend, self.spec
@@ -92,9 +95,11 @@ class _TorchSession(Session):
                     f"request {t.request.request_id}: {len(t.prompt)} prompt tokens + max_new_tokens "
                     f"{spec.max_new_tokens} exceed the target's context of {b.max_positions}"
                 )
+        if self.acceptance is not None:
+            self.acceptance.reset(len(prompts))
         with torch.inference_mode():
             out = generate(self.target, self.drafter, prompts, depth, spec.max_new_tokens, self.params, self.stop,
-                           b.clock, self.generator)
+                           b.clock, self.generator, self.acceptance)
         results = []
         for row, toks in enumerate(out.outputs):
             steps = []
@@ -108,3 +113,25 @@ class _TorchSession(Session):
                 out.t_last[row] - out.t_start, steps=steps, al_source="steps",
             ))
         return results
+
+    def finish(self, records, steps) -> dict[str, Any]:
+        extra: dict[str, Any] = {"timing_source": "reference-loop-synced-clock"}
+        if self.acceptance is not None:
+            extra |= {"synthetic_al": self.acceptance.expected_al, "synthetic": SYNTHETIC_NOTE}
+        return extra
+
+
+SYNTHETIC_NOTE = ("synthetic acceptance: real draft and verification forwards, accepted counts drawn from "
+                  "a fixed profile; outputs are not the target's (no losslessness claim)")
+
+
+def synthetic_acceptance(drafter, seed: int):
+    """The forced-acceptance rule of a cost-surface cell, or None for a normal cell."""
+    al, rates = getattr(drafter, "synthetic_al", None), list(getattr(drafter, "synthetic_rates", None) or [])
+    if al is None and not rates:
+        return None
+    if drafter.method == "none":
+        raise ValueError("drafter.synthetic_al/synthetic_rates need a speculative drafter (method != none)")
+    from ..engine.synthetic_acceptance import SyntheticAcceptance
+
+    return SyntheticAcceptance(drafter.num_speculative_tokens, al, rates, seed)

@@ -44,7 +44,7 @@ from .. import models
 from ..models import local_dir
 from . import spec_counters, vllm_profile, vllm_timers
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
-from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
+from .vllm_spec import check_method, check_synthetic, speculative_config, supported_methods, vllm_version
 
 log = logging.getLogger(__name__)
 # the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
@@ -123,6 +123,7 @@ class VllmBackend(Backend):
     # ---- engines -------------------------------------------------------------------------------
     def check(self, drafter, batch_size: int) -> None:
         check_method(drafter, self._supported)
+        check_synthetic(drafter, self.on_cpu)
 
     def _engine(self, drafter, batch_size: int):
         spec_cfg = speculative_config(drafter)
@@ -332,6 +333,12 @@ class _VllmSession(Session):
             b._profile(self.llm, self.key, self.first_prompts, self.params, spec, extra)
         if self.speculative:
             extra["speculative_config"] = speculative_config(spec.drafter)
+            if extra["speculative_config"].get("rejection_sample_method") == "synthetic":
+                cfg = extra["speculative_config"]
+                al = cfg.get("synthetic_acceptance_length")
+                if al is None and cfg.get("synthetic_acceptance_rates"):  # unconditional rates
+                    al = 1.0 + sum(cfg["synthetic_acceptance_rates"])
+                extra["synthetic_al"] = al
             extra["al_detail"] = _describe(self.sources)
             extra["counters"] = self.total.as_dict() if self.total is not None else "unavailable"
         return extra

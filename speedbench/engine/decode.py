@@ -19,7 +19,7 @@ from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
 from .sampling import SamplingParams, next_token
-from .speculative import verify
+from .speculative import Verdict, verify
 
 
 @dataclass
@@ -59,8 +59,13 @@ def generate(
     stop_ids: set[int],
     clock: Clock,
     generator: torch.Generator | None = None,
+    acceptance=None,
 ) -> BatchOutput:
-    """Generate up to ``max_new_tokens`` per prompt for one static batch."""
+    """Generate up to ``max_new_tokens`` per prompt for one static batch.
+
+    ``acceptance`` (``engine.synthetic_acceptance.SyntheticAcceptance``): force each step's
+    accepted count after the real verification forward (cost-surface cells; not lossless).
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     device = target.device
@@ -102,6 +107,9 @@ def generate(
         t_verified = clock.now()
 
         verdict = verify(proposal, logits, params, generator)
+        if acceptance is not None:  # synthetic acceptance: the forward ran; the decision is drawn
+            forced = acceptance.draw(proposal.n_proposed, active)
+            verdict = Verdict(forced, next_token(logits[arange, forced], params, generator))
         n_acc = torch.where(active, verdict.n_accepted, torch.zeros_like(verdict.n_accepted))
         emitted = torch.cat([proposal.tokens, torch.zeros_like(last)[:, None]], 1)
         emitted[arange, n_acc] = verdict.next_token
