@@ -40,6 +40,7 @@ class TorchBackend(Backend):
         self.model = self._load(target.path)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        self._acceptance: dict = {}  # synthetic acceptance rules by (D, AL, rates, seed)
 
     def _load(self, path: str):
         t = self.target
@@ -82,7 +83,13 @@ class _TorchSession(Session):
         self.generator = torch.Generator(device=backend.device).manual_seed(s.seed)
         eos = backend.tokenizer.eos_token_id
         self.stop = set() if spec.ignore_eos or eos is None else {eos}
-        self.acceptance = synthetic_acceptance(spec.drafter, s.seed)
+        # one draw sequence per backend and profile: the protocol opens a session per block, and a
+        # sequence restarted every block would repeat its short-run error in every block
+        key = (spec.drafter.num_speculative_tokens, spec.drafter.synthetic_al,
+               tuple(spec.drafter.synthetic_rates or ()), s.seed)
+        if key not in backend._acceptance:
+            backend._acceptance[key] = synthetic_acceptance(spec.drafter, s.seed)
+        self.acceptance = backend._acceptance[key]
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         b, spec = self.backend, self.spec
