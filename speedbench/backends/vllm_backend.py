@@ -284,7 +284,8 @@ class _VllmSession(Session):
             result.steps = steps
             if len(result.output_ids) > 1 and result.decode_s > 0 and iters:
                 # vLLM's own first->last token span against the sum of the iterations timed here
-                self.span_ratios.append(sum(s.t_step for s in steps) / result.decode_s)
+                # every decode iteration counts here, those shared with a prefill included
+                self.span_ratios.append(sum(row["step"] for _, row, _ in iters) / result.decode_s)
 
     def _timing_extra(self, extra: dict[str, Any], spec: GenerateSpec, requests) -> None:
         """Which timers gave the split, its summary (ms) and its error against vLLM's own timestamps."""
