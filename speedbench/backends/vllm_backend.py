@@ -101,6 +101,7 @@ class VllmBackend(Backend):
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
         self._baseline_split: dict[int, dict] = {}
         self._baseline_timed: dict[int, dict] = {}
+        self.timers_missing = ""
         self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
         want = engine.device
         if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
@@ -157,7 +158,10 @@ class VllmBackend(Backend):
         t0 = time.perf_counter()
         llm = LLM(**kwargs)
         if self.timers != "false":
-            llm.collective_rpc("speedbench_timers_install")
+            status = llm.collective_rpc("speedbench_timers_install")[0]
+            if status != "ok":  # the split is then missing, with the reason; the measurement stands
+                log.warning("vllm: %s", status)
+                self.timers, self.timers_missing = "false", status
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = llm
         _registry_owner[0] = id(llm)
@@ -326,7 +330,8 @@ class _VllmSession(Session):
 
     def finish(self, records, steps) -> dict[str, Any]:
         b, spec = self.backend, self.spec
-        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
+        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT,
+                                 "timing_source": b.timers_missing or "missing: backend.options.timers=false"}
         requests = [r for r in records if r.status == "ok"]
         if b.timers != "false" and spec.role != "warmup":
             self._timing_extra(extra, spec, requests)

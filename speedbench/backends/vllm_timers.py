@@ -28,15 +28,20 @@ from typing import Any
 from .base import StepCounts
 
 EXTENSION = "speedbench.backends.vllm_timers.TimerExtension"
+WRAPPED = ("execute_model", "sample_tokens", "_model_forward", "propose_draft_token_ids", "_sample", "_bookkeeping_sync")
 
 
 class TimerExtension:
     """Mixed into vLLM's worker class; methods are called with ``llm.collective_rpc(name)``."""
 
-    def speedbench_timers_install(self) -> bool:
+    def speedbench_timers_install(self) -> str:
+        """"ok", or why the timers cannot be installed (e.g. the V2 model runner has other methods)."""
         runner = self.model_runner
         if getattr(runner, "_speedbench_timers", None) is not None:
-            return True
+            return "ok"
+        missing = [m for m in WRAPPED if not callable(getattr(runner, m, None))]
+        if missing:
+            return f"missing: {type(runner).__name__} has no {', '.join(missing)} (V1 model runner needed: VLLM_USE_V2_MODEL_RUNNER=0)"
         import torch
 
         state: dict[str, Any] = {"on": False, "sync": False, "rows": [], "cur": None}
@@ -96,7 +101,7 @@ class TimerExtension:
         runner.propose_draft_token_ids = timed("draft", runner.propose_draft_token_ids)
         runner._sample = timed("accept", runner._sample)
         runner._bookkeeping_sync = timed("accept", runner._bookkeeping_sync)
-        return True
+        return "ok"
 
     def speedbench_timers_enable(self, on: bool, sync: bool) -> bool:
         """Start (or stop) recording; ``sync``: synchronise the device before every clock read."""
