@@ -16,13 +16,17 @@ Acceptance, in order of preference:
     AL is not meaningful.
 The counter delta over the whole call is also kept in ``extra["counters"]`` as a cross-check.
 Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_token_ts``
-(the engine's monotonic clock). vLLM gives no draft/verify split per request step: the step
-rows' times are NaN. With ``profile_split`` (default on CPU) one extra, profiled batch per call
-reads the split from vLLM's model-runner scopes into ``extra["profiled_split"]`` (see
-``vllm_profile``); ``extra["timing_split"]`` says which it was.
+(the engine's monotonic clock). The draft/verify/accept split comes from timers inside vLLM's
+model runner (``vllm_timers``, a worker extension), per engine iteration, folded onto each
+request's step rows: in the measured passes on CPU, in one extra device-synced replay batch per
+pass on CUDA (``backend.options.timers``); ``extra["timing_source"]`` names it and
+``extra["timed_split"]`` keeps the per-part means, the span error and (CUDA) the timers' overhead.
+With ``profile_split=true`` one extra, profiled batch per call also reads the split from vLLM's
+model-runner scopes into ``extra["profiled_split"]`` (see ``vllm_profile``).
 
 ``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
-``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false), and
+``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
+``timers`` (auto | measured | separate | false), and
 ``engine_args``, passed to ``vllm.LLM`` as they are.
 """
 from __future__ import annotations
