@@ -87,6 +87,9 @@ def test_vllm_iteration_rows_fold_onto_request_steps():
     steps_a = vllm_timers.step_counts(per["0"], [StepCounts(2, 2)] * 3, 0)
     assert math.isnan(steps_a[2].t_step) and math.isnan(steps_a[2].t_verify)  # shares a forward with c's prefill
     assert vllm_timers.step_counts(per["0"], [StepCounts(2, 2)] * 2, 0) is None  # never guessed
+    # a drafter that never proposes (baseline tax): every decode iteration becomes a 0-drafted timed row
+    never = vllm_timers.step_counts([(1, rows[1], 0), (2, rows[2], 0)], [], 0)
+    assert [(s.drafted, s.t_verify) for s in never] == [(0, 0.004), (0, 0.004)]
     summary = vllm_timers.split_summary(rows)
     assert summary["n"] == 2 and summary["other"] == pytest.approx(summary["step"] - 5.5, abs=1e-9)
 

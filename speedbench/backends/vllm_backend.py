@@ -282,7 +282,9 @@ class _VllmSession(Session):
             iters = per_request[rid]
             listed = result.steps if (self.speculative and result.steps is not None and result.al_source == "steps") else None
             if self.speculative and listed is None and result.al_source == "steps":
-                continue  # summary-level metrics: totals only, no rows to time
+                if result.n_drafts:
+                    continue  # summary-level metrics: totals only, no rows to time
+                listed = []  # nothing was ever proposed (e.g. the baseline-tax drafter): every row drafts 0
             steps = vllm_timers.step_counts(iters, listed, 0)
             if steps is None:
                 self.unmatched += 1
