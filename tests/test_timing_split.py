@@ -156,3 +156,29 @@ def test_hf_prediction_from_its_own_split(engine_models):
     m = metrics.pass_metrics(base, spec, 4, True, 1)
     assert m["t_verify_ms_baseline"] > 0 and m["t_draft_ms"] > 0
     assert math.isfinite(m["speedup_predicted"]) and m["speedup_predicted"] > 0
+
+
+def test_a_row_that_finishes_early_with_an_overshoot_still_fits_the_cache():
+    """The longest row accepts every draft (overshooting max_new_tokens by D in its last step)
+    and then rides along in the batch's forwards while the short row accepts nothing."""
+    from speedbench.drafters.registry import build_drafter
+    from speedbench.engine.build import LMBuilder
+    from speedbench.engine.clock import Clock
+    from speedbench.engine.decode import generate
+    from speedbench.engine.drafting import DraftContext
+    from speedbench.engine.sampling import SamplingParams
+    from speedbench.models import load_model
+
+    class LongRowAcceptsAll:
+        def draw(self, n_proposed, active=None):
+            return torch.tensor([int(n_proposed[0]), 0])
+
+    model = load_model("random:tiny-target")
+    build = LMBuilder("auto")
+    ctx = DraftContext(model, build, torch.device("cpu"), lambda p: load_model(p))
+    drafter = build_drafter("draft_model", ctx, {"model": "random:tiny-draft"})
+    depth, new = 6, 9
+    with torch.inference_mode():
+        out = generate(build(model), drafter, [list(range(3, 43)), list(range(3, 8))], depth, new,
+                       SamplingParams(0.0, 1.0, 0, 0), set(), Clock("cpu"), None, LongRowAcceptsAll())
+    assert [len(o) for o in out.outputs] == [new, new]

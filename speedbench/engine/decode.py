@@ -71,7 +71,9 @@ def generate(
     device = target.device
     batch = len(prompts)
     depth = num_speculative_tokens
-    capacity = max(len(p) for p in prompts) + max_new_tokens + depth + 2
+    # a row may overshoot max_new_tokens by D in its last step and then still ride along in the
+    # batch's forwards (1 + D more positions) while longer rows finish: room for both
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 2 * depth + 3
     history = History(batch, capacity, device)
     rows_t = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
     for b, r in enumerate(rows_t):
