@@ -281,6 +281,8 @@ class _VllmSession(Session):
         for rid, result in zip(request_ids, results):
             iters = per_request[rid]
             listed = result.steps if (self.speculative and result.steps is not None and result.al_source == "steps") else None
+            if self.speculative and result.al_source == "counters":
+                continue  # no per-step acceptance to pair the times with: the pass summary (timed_split) has them
             if self.speculative and listed is None and result.al_source == "steps":
                 if result.n_drafts:
                     continue  # summary-level metrics: totals only, no rows to time
@@ -289,8 +291,6 @@ class _VllmSession(Session):
             if steps is None:
                 self.unmatched += 1
                 continue
-            if listed is None and self.speculative:  # counters: rows carry times; acceptance stays pooled
-                result.counts_from_steps = False
             result.steps = steps
             if len(result.output_ids) > 1 and result.decode_s > 0 and iters:
                 # vLLM's own first->last token span against the sum of the iterations timed here

@@ -110,14 +110,15 @@ def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict) -> 
 
     The engine's pass notes say how the split was measured (``extra.timing_source``); an engine
     that times in a separate pass (vLLM on CUDA) gives per-part means in ``extra.timed_split``,
-    which fill the cell's columns when the measured pass's steps carry none (never guessed).
+    which fill the cell's columns when the measured pass's steps carry none (never guessed); so
+    does vLLM's counters fallback, whose steps have no per-step acceptance to carry times.
     """
     out: dict = {"timing_source": str(spec.extra.get("timing_source") or base.extra.get("timing_source") or "")}
     timed = spec.extra.get("timed_split") or {}
     out["split_error"] = float(timed.get("span_error", NAN))
     if math.isnan(out["split_error"]):
         out["split_error"] = metrics.span_error(spec.requests, spec.steps)
-    if timed.get("mode") == "separate" and math.isnan(values.get("t_verify_ms", NAN)):
+    if math.isnan(values.get("t_verify_ms", NAN)):  # a separate timed pass, or no per-step rows (counters)
         split = timed.get("split_ms") or {}
         base_split = (base.extra.get("timed_split") or {}).get("split_ms") or {}
         if split:
