@@ -45,6 +45,10 @@ class DrafterConfig:
     method: str = "none"
     num_speculative_tokens: int = 0
     engine_args: dict[str, Any] = field(default_factory=dict)
+    # synthetic acceptance (cost surface; not lossless): a mean AL, or conditional per-position rates.
+    # Reference engine: forced after the real verify forward; vLLM: rejection_sample_method=synthetic (CUDA)
+    synthetic_al: Optional[float] = None
+    synthetic_rates: list[float] = field(default_factory=list)
 
 
 @dataclass

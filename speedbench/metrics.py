@@ -318,6 +318,34 @@ def overhead_fraction(steps: Sequence[StepRecord]) -> float:
     return (total - inside) / total if total > 0 else NAN
 
 
+def other_time(steps: Sequence[StepRecord]) -> float:
+    """Mean seconds per iteration outside draft, verification and acceptance (NaN where a part is missing)."""
+    # an engine that times acceptance inside verification (HF) leaves t_accept NaN
+    vals = [s.t_step - s.t_draft - s.t_verify - (0.0 if math.isnan(s.t_accept) else s.t_accept) for s in steps]
+    vals = [v for v in vals if not math.isnan(v)]
+    return float(np.mean(vals)) if vals else NAN
+
+
+def span_error(records: Sequence[RequestRecord], steps: Sequence[StepRecord]) -> float:
+    """Median over requests of (sum of the request's timed step times) / (its decode span) - 1.
+
+    The decode span is tpot * (n_tokens - 1) (the engine's first -> last token clock); the check
+    says how much of the measured time the per-step split accounts for. NaN where a request has
+    a step without a time.
+    """
+    by: dict = {}
+    for s in steps:
+        by.setdefault((s.request_id, s.repeat), []).append(s.t_step)
+    ratios = []
+    for r in records:
+        ts = by.get((r.request_id, r.repeat))
+        span = r.tpot * (r.n_tokens - 1)
+        if r.status != STATUS_OK or not ts or any(math.isnan(t) for t in ts) or not span > 0:
+            continue
+        ratios.append(sum(ts) / span - 1.0)
+    return float(np.median(ratios)) if ratios else NAN
+
+
 def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float, al: float) -> float:
     """docs/guidelines.md section 3.1: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D))."""
     denom = t_verify_spec + t_draft
@@ -562,6 +590,7 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: 
         t_step_ms_baseline=stats_ms([s.t_step for s in it_b])[0],
         t_step_ms_spec=stats_ms([s.t_step for s in it_s])[0],
         overhead_frac=overhead_fraction(it_s),
+        t_other_ms=other_time(it_s) * 1e3,
         ttft_ms_baseline=median([r.ttft for r in ok_b]) * 1e3,
         ttft_ms_spec=median([r.ttft for r in ok_s]) * 1e3,
         tpot_ms_baseline=median([r.tpot for r in ok_b]) * 1e3,

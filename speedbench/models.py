@@ -27,6 +27,9 @@ RANDOM_PRESETS: dict[str, dict[str, Any]] = {
     # head_dim 64 everywhere: vLLM's CPU attention rejects small head sizes
     "tiny-target": dict(hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2),
     "tiny-draft": dict(hidden_size=128, intermediate_size=352, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1),
+    # Llama-3.1-8B's layer shapes (byte vocabulary, so not its LM head): verification cost on a GPU without a download
+    "llama-3.1-8b-layers": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                                num_key_value_heads=8),
 }
 BYTE_SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>")
 
@@ -58,7 +61,7 @@ def byte_tokenizer():
     )
 
 
-def _random_model(preset: str, seed: int = 0):
+def _random_model(preset: str, seed: int = 0, device: str = "cpu"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     if preset not in RANDOM_PRESETS:
@@ -67,7 +70,13 @@ def _random_model(preset: str, seed: int = 0):
     config = LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True, **RANDOM_PRESETS[preset])
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+        if device == "cpu":
+            return LlamaForCausalLM(config)
+        # initialised on the accelerator: an 8B-shaped random model takes minutes to initialise on a CPU
+        # (the weights then differ from a CPU initialisation: another generator)
+        torch.cuda.manual_seed_all(seed) if torch.cuda.is_available() else None
+        with torch.device(device):
+            return LlamaForCausalLM(config)
 
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -79,7 +88,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu", revision:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if path.startswith("random:"):
-        model = _random_model(path.split(":", 1)[1])
+        model = _random_model(path.split(":", 1)[1], device=str(device) if str(device).startswith("cuda") else "cpu")
     else:
         from transformers import AutoModelForCausalLM
 

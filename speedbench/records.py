@@ -203,6 +203,11 @@ class CellResult:
     drafts_by_position: tuple[int, ...] = ()  # drafts in each bin
     al_by_turn: tuple[float, ...] = ()  # AL per user turn (0-based)
     derived: bool = False  # computed from other cells' records (category=all), not measured on its own
+    # the draft/verify split: where it came from, and the rest of the iteration
+    t_other_ms: float = float("nan")  # step time outside draft, verification and acceptance (mean per iteration)
+    timing_source: str = ""  # how t_draft/t_verify/t_accept were obtained, or "missing: <reason>"
+    split_error: float = float("nan")  # (sum of the timed iterations) / (the engine's own decode span) - 1
+    synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
 
 
 RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize

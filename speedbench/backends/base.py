@@ -41,6 +41,7 @@ class GenerateSpec:
     faults: FaultConfig = field(default_factory=FaultConfig)  # test-only fault injection; never in a cell id
     repeat: int = 0  # the measurement repeat this pass belongs to (records carry it)
     extras: bool = True  # False: skip per-pass side measurements (e.g. vLLM's profiled split) for this pass
+    log_dir: Optional[str] = None  # the run's results folder: engines put their own output (logs) under it
 
 
 @dataclass(frozen=True)

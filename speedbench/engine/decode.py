@@ -19,7 +19,7 @@ from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
 from .sampling import SamplingParams, next_token
-from .speculative import verify
+from .speculative import Verdict, verify
 
 
 @dataclass
@@ -61,8 +61,13 @@ def generate(
     stop_ids: set[int],
     clock: Clock,
     generator: torch.Generator | None = None,
+    acceptance=None,
 ) -> BatchOutput:
-    """Generate up to ``max_new_tokens`` per prompt for one static batch."""
+    """Generate up to ``max_new_tokens`` per prompt for one static batch.
+
+    ``acceptance`` (``engine.synthetic_acceptance.SyntheticAcceptance``): force each step's
+    accepted count after the real verification forward (cost-surface cells; not lossless).
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     device = target.device
@@ -71,8 +76,8 @@ def generate(
     # A row that finished still rides along in the batched verify forward until every row is
     # done: its history can end up to D tokens past max_new_tokens (the last step emitted
     # D + 1 tokens) and each later forward writes 1 + D more positions after that, so the
-    # cache needs max_new_tokens + 2D positions past the longest prompt (+1 spare).
-    capacity = max(len(p) for p in prompts) + max_new_tokens + 2 * depth + 1
+    # cache needs max_new_tokens + 2D positions past the longest prompt (+3 spare).
+    capacity = max(len(p) for p in prompts) + max_new_tokens + 2 * depth + 3
     history = History(batch, capacity, device)
     rows_t = [torch.tensor(p, dtype=torch.long, device=device) for p in prompts]
     for b, r in enumerate(rows_t):
@@ -110,6 +115,9 @@ def generate(
         t_verified = clock.now()
 
         verdict = verify(proposal, logits, params, generator)
+        if acceptance is not None:  # synthetic acceptance: the forward ran; the decision is drawn
+            forced = acceptance.draw(proposal.n_proposed, active)
+            verdict = Verdict(forced, next_token(logits[arange, forced], params, generator))
         n_acc = torch.where(active, verdict.n_accepted, torch.zeros_like(verdict.n_accepted))
         emitted = torch.cat([proposal.tokens, torch.zeros_like(last)[:, None]], 1)
         emitted[arange, n_acc] = verdict.next_token

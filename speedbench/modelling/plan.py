@@ -85,9 +85,14 @@ def recommend(best: list[cm.Prediction]) -> dict[int, cm.Prediction | None]:
 
 
 def alphas_from_results(ok_cells) -> dict[str, float]:
-    """alpha per method fitted to the measured AL(D) (mean over categories, batch sizes)."""
+    """alpha per method fitted to the measured AL(D) (mean over categories, batch sizes).
+
+    Cost-surface cells (``synthetic_al`` set) are left out: their AL was forced, not the method's.
+    Their times still calibrate T_verif (``calibrate_from_results`` reads every cell).
+    """
     out = {}
-    for method, grp in ok_cells[ok_cells["num_speculative_tokens"] > 0].groupby("method"):
+    real = ok_cells[ok_cells["synthetic_al"].isna()] if "synthetic_al" in ok_cells else ok_cells
+    for method, grp in real[real["num_speculative_tokens"] > 0].groupby("method"):
         pts = grp.groupby("num_speculative_tokens")["al"].mean()
         out[str(method)] = cm.fit_alpha([(int(d), float(a)) for d, a in pts.items()])
     return out

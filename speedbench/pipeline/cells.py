@@ -70,7 +70,8 @@ def dataset_identity(dataset) -> dict:
 
 def drafter_identity(drafter) -> dict:
     """The drafter's settings that define a cell (fault injection lives outside the drafter: ``faults``)."""
-    return asdict_clean(drafter, drop=("name",))
+    unset = tuple(k for k in ("synthetic_al", "synthetic_rates") if not getattr(drafter, k, None))
+    return asdict_clean(drafter, drop=("name",) + unset)  # unset synthetic keys keep existing cell ids
 
 
 def asdict_clean(obj, drop: tuple[str, ...] = ()) -> dict:
@@ -97,6 +98,7 @@ def summarize(
     values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus,
                                   protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
     tps = values.pop("tokens_per_step")
+    values |= timing_columns(base, spec, values)
     return CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),
@@ -124,6 +126,33 @@ def overall_key(run: RunConfig, context_bucket: str) -> CellKey:
     key = CellKey.for_run(run, OVERALL, context_bucket)
     ident = {"measured_cell": key.cell_id, "derived": "pooled per-category cells"}
     return CellKey(**{**asdict(key), "cell_id": stable_hash(ident)})
+
+
+def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict) -> dict:
+    """``timing_source``, ``split_error``, ``synthetic_al``; a separate timed pass fills the split columns.
+
+    The engine's pass notes say how the split was measured (``extra.timing_source``); an engine
+    that times in a separate pass (vLLM on CUDA) gives per-part means in ``extra.timed_split``,
+    which fill the cell's columns when the measured pass's steps carry none (never guessed); so
+    does vLLM's counters fallback, whose steps have no per-step acceptance to carry times.
+    """
+    out: dict = {"timing_source": str(spec.extra.get("timing_source") or base.extra.get("timing_source") or "")}
+    timed = spec.extra.get("timed_split") or {}
+    out["split_error"] = float(timed.get("span_error", NAN))
+    if math.isnan(out["split_error"]):
+        out["split_error"] = metrics.span_error(spec.requests, spec.steps)
+    if math.isnan(values.get("t_verify_ms", NAN)):  # a separate timed pass, or no per-step rows (counters)
+        split = timed.get("split_ms") or {}
+        base_split = (base.extra.get("timed_split") or {}).get("split_ms") or {}
+        if split:
+            out |= {"t_draft_ms": split["draft"], "t_verify_ms": split["verify"], "t_accept_ms": split["accept"],
+                    "t_other_ms": split["other"], "t_verify_ms_baseline": base_split.get("verify", NAN)}
+            out["speedup_predicted"] = metrics.predicted_speedup(
+                out["t_verify_ms_baseline"], split["verify"], split["draft"], values.get("tokens_per_step", NAN)
+            ) if "tokens_per_step" in values else NAN
+    syn = spec.extra.get("synthetic_al")
+    out["synthetic_al"] = float(syn) if syn is not None else NAN
+    return out
 
 
 def failed_cell(key: CellKey, error: str, device: str, n_gpus: int) -> CellResult:

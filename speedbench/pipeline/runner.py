@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from pathlib import Path
 from collections import OrderedDict
 from dataclasses import replace
 
@@ -55,7 +56,8 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
     faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
-    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults)
+    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
+                        log_dir=str(Path(run.results_dir) / run.run_id))
 
 
 def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
