@@ -5,7 +5,7 @@ import pytest
 
 from speedbench.data import DatasetError, DatasetSpec, check_file, load_requests, validate_file
 from speedbench.data.testing import shared_whitespace_tokenizer
-from speedbench.data.validate import main_validate
+from speedbench.data.validate_cmd import main_validate
 
 GOOD = {"question_id": "q1", "category": "qa", "turns": ["Why is the sky blue?"]}
 

@@ -139,7 +139,7 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from .validate import load_tokenizer
+    from .validate_cmd import load_tokenizer
 
     preset = PRESETS[args.preset]
     paths = build_throughput(

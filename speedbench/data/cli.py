@@ -9,7 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from .build import add_build_args, run_build
-from .validate import add_validate_args, run_validate
+from .validate_cmd import add_validate_args, run_validate
 
 COMMANDS = {"validate": run_validate, "build": run_build}
 

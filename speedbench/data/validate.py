@@ -6,8 +6,6 @@ question_id, wrong types, malformed JSON line, prompt longer than the model's co
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -125,89 +123,3 @@ def check_file(
 ) -> None:
     """Like ``validate_file`` but raises ``DatasetError`` listing all problems."""
     raise_if_issues(validate_file(path, max_prompt_tokens, tokenizer, extra_categories), str(path))
-
-
-def load_tokenizer(name_or_path: str) -> Any:
-    """A tokenizer for the CLI: ``builtin:NAME`` (a shipped model), ``random:PRESET`` (the byte
-    tokenizer of the seeded test models), a local folder or a hub id, like every other
-    subcommand that takes a model."""
-    from speedbench.console import UsageError
-    from speedbench.models import load_tokenizer as load
-
-    try:
-        return load(name_or_path)
-    except (OSError, ValueError, KeyError) as exc:  # transformers' "not a folder nor a hub id"
-        raise UsageError(f"cannot load tokenizer {name_or_path!r}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") from None
-
-
-def add_validate_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="JSONL/Parquet file(s) or folder(s) in SPEED-Bench format")
-    parser.add_argument("--source", default="local", help="the file's format, as dataset.source of `speedbench run`: "
-                        "local (SPEED-Bench records), spec_bench, mt_bench, speed_bench, generic (with --column)")
-    parser.add_argument("--column", action="append", default=[], metavar="SRC=FIELD",
-                        help="generic source: map a column to a record field, e.g. prompt=turns (repeatable)")
-    parser.add_argument("--max-prompt-tokens", type=int, default=None, help="report prompts longer than this (needs --tokenizer)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer used to count prompt tokens: builtin:NAME, random:PRESET, a folder or a hub id")
-    parser.add_argument("--category", action="append", default=[], help="also accept this category (repeatable)")
-
-
-def run_validate(args: argparse.Namespace) -> int:
-    if args.max_prompt_tokens is not None and not args.tokenizer:
-        print("error: --max-prompt-tokens needs --tokenizer", file=sys.stderr)
-        return 2
-    from .sources import SOURCES
-
-    source = getattr(args, "source", "local")
-    if source not in SOURCES:
-        print(f"error: unknown --source {source!r} (known: {', '.join(sorted(SOURCES))})", file=sys.stderr)
-        return 2
-    try:
-        column_map = dict(item.split("=", 1) for item in getattr(args, "column", []))
-    except ValueError:
-        print("error: --column takes SRC=FIELD, e.g. prompt=turns", file=sys.stderr)
-        return 2
-    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    status = 0
-    for file in args.files:
-        issues, n_rows = validate_source_file(file, source, column_map, args.max_prompt_tokens, tokenizer, args.category)
-        if issues:
-            status = 1
-            print(f"{file}: {len(issues)} problem(s)")
-            for issue in issues:
-                print(f"  - {issue}")
-        else:
-            print(f"{file}: OK ({n_rows} records)")
-    return status
-
-
-def validate_source_file(
-    path: str | Path,
-    source: str = "local",
-    column_map: dict[str, str] | None = None,
-    max_prompt_tokens: int | None = None,
-    tokenizer: Any = None,
-    extra_categories: Iterable[str] = (),
-) -> tuple[list[Issue], int]:
-    """Every problem in ``path`` read as ``dataset.source=source`` reads it in ``speedbench run``
-    (the same loader, normalisation and extra categories); plus the number of records."""
-    from .spec import DatasetSpec
-    from .sources import get_source
-
-    loader = get_source(source)
-    spec = DatasetSpec(source=source, path=str(path), column_map=column_map or {})
-    try:
-        rows, issues = loader.load(spec)
-    except DatasetError as err:
-        return [Issue(str(path), 0, "", str(err))], 0
-    categories = known_categories((*loader.extra_categories, *extra_categories))
-    issues = issues + validate_rows(rows, categories=categories, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
-                                    field_label=loader.field_label(spec))
-    return issues, len(rows)
-
-
-def main_validate(argv: Sequence[str] | None = None) -> int:
-    """``speedbench data validate FILE...``: exit status 0 when every file is valid."""
-    parser = argparse.ArgumentParser(prog="speedbench data validate", description="Validate dataset files in SPEED-Bench format.")
-    add_validate_args(parser)
-    return run_validate(parser.parse_args(argv))
-

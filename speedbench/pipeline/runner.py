@@ -16,12 +16,12 @@ from dataclasses import replace
 
 from ..backends.base import BACKENDS, Backend, GenerateOutput, GenerateSpec
 from ..config import DrafterConfig, RunConfig
-from ..data import DatasetSpec
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
 from ..results.store import ResultsStore
 from . import conversations, protocol, validation
+from .validation import dataset_spec  # noqa: F401 - the runner's public helper
 from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
 
 log = logging.getLogger(__name__)
@@ -35,15 +35,6 @@ def get_backend(run: RunConfig) -> Backend:
     if key not in _BACKENDS:
         _BACKENDS[key] = BACKENDS.get(run.backend.name)(run.target, run.backend, run.seed)
     return _BACKENDS[key]
-
-
-def dataset_spec(run: RunConfig) -> DatasetSpec:
-    d = run.dataset
-    return DatasetSpec(
-        source=d.source, path=d.path, config=d.config, split=d.split, categories=tuple(d.categories),
-        n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens,
-        column_map=dict(d.column_map), max_prompt_tokens=d.max_prompt_tokens,
-    )
 
 
 def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[tuple[str, str], list[Request]]":

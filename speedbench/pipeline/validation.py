@@ -257,9 +257,19 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
     return problems, prepared
 
 
-def run_dataset_spec(run):
-    from .runner import dataset_spec
+def dataset_spec(run):
+    """The data layer's DatasetSpec for a run: what to load, how many, the length limit."""
+    from ..data import DatasetSpec
 
+    d = run.dataset
+    return DatasetSpec(
+        source=d.source, path=d.path, config=d.config, split=d.split, categories=tuple(d.categories),
+        n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens,
+        column_map=dict(d.column_map), max_prompt_tokens=d.max_prompt_tokens,
+    )
+
+
+def run_dataset_spec(run):
     return dataset_spec(run)
 
 
