@@ -59,7 +59,7 @@ def test_synthetic_runs_say_nothing_ran_and_json_to_stdout(tmp_path):
     proc = cli(tmp_path, "run", f"results_dir={tmp_path}", "backend=synthetic", "dataset=smoke", "run_id=syn", "--json", "-")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)  # stdout is the JSON alone; the table went to stderr
-    assert data["synthetic"] is True and data["n_cells"] == 11 and data["n_failed"] == 0
+    assert data["synthetic"] is True and data["n_cells"] == 12 and data["n_failed"] == 0
     assert "no model was run" in proc.stderr
 
 

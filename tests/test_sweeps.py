@@ -33,9 +33,9 @@ def load_calls(monkeypatch):
     calls: list[str] = []
     real = models._random_model
 
-    def counting(preset, seed=0):
+    def counting(preset, *args, **kwargs):
         calls.append(preset)
-        return real(preset, seed)
+        return real(preset, *args, **kwargs)
 
     monkeypatch.setattr(models, "_random_model", counting)
     models.load_model.cache_clear()

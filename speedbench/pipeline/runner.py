@@ -176,7 +176,8 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
         extra={**cell.extra, "derived_from": [k.cell_id for k in parts],
                "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
     )
-    return _with_config(cell, run)
+    cell = _with_config(cell, run)
+    return replace(cell, batch_size_run=max(int(c.get("batch_size_run") or -1) for c in part_cells))
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:

@@ -51,7 +51,7 @@ def build(data: ReportData, out: Path) -> Section:
         sec.text("No speculative cell with the acceptance conventions (results written before they existed): n/a.")
         return sec
     sec.text("The same engine steps counted four ways (every definition in `speedbench/metrics.py`; "
-             "docs/acceptance.md explains when they differ):\n\n"
+             "docs/acceptance.md explains where the conventions part ways):\n\n"
              + "\n".join(f"- **{label}** (`{col}`): {text}." for col, label, text in CONVENTIONS))
     overall = spec_cells(data.overall)
     keys = setup_cols(spec) + [MECH, D, B]

@@ -62,11 +62,11 @@ def build(data: ReportData, out: Path) -> Section:
     sec.text("At B = 1 verification barely grows with D; what limits D is the draft cost. rho = (draft time per "
              "draft token) / (target step time) is **measured**; AL(D) is **measured**; AL/(1 + rho D) is **modelled "
              "from measured times**; the measured speedup stands beside it.")
-    spec, unstable = stable_cells(spec_cells(data.ok))
-    surface = surface_cells(spec)
+    every = spec_cells(data.ok)
+    surface = surface_cells(every)  # the engine's surface: shown whole, each cell with its stability
     if not surface.empty:
         surface_table(sec, surface)
-        spec = spec.drop(surface.index)
+    spec, unstable = stable_cells(every.drop(surface.index))
     cells = spec[spec[B] == LOW_B] if not spec.empty else spec
     left_out = unstable[unstable[B] == LOW_B] if not unstable.empty else unstable
     if len(left_out):
