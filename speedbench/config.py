@@ -166,9 +166,9 @@ class ProtocolConfig:
     """
 
     min_repeats: int = 3
-    max_repeats: int = 8
+    max_repeats: int = 6
     target_rel_half_width: float = 0.02  # 2%: the measurement noise a cell must reach to be "stable"
-    budget_s: float = 8.0  # wall seconds per cell after which no new repeat starts
+    budget_s: float = 3.0  # wall seconds per cell after which no new repeat starts (keeps the default run ~2x)
     confidence: float = 0.95
     n_resamples: int = 1000
     min_cpu_util: float = 0.85  # below: the engine's threads were waiting for a CPU (contention)
