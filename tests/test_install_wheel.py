@@ -75,11 +75,12 @@ def test_run_from_an_empty_folder(installed, tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert Path(summary["results"]) == (tmp_path / "results/runs/wheel").resolve()
     assert [c["status"] for c in summary["cells"] if not c.get("derived")] == ["ok", "ok"]
-    assert sorted(c["category"] for c in summary["cells"]) == ["coding", "math"]
+    assert sorted(c["category"] for c in summary["cells"] if not c.get("derived")) == ["coding", "math"]
     assert (tmp_path / "results/runs/latest").resolve() == (tmp_path / "results/runs/wheel").resolve()
     assert "results: results/runs/wheel" in proc.stdout
     # the shipped gate tolerances and the report work from the package too
-    _check(_run(installed, tmp_path, "gate", "--baseline", "results/runs/wheel", "--current", "results/runs/latest", "--config", "ci"))
+    _check(_run(installed, tmp_path, "gate", "--baseline", "results/runs/wheel", "--current", "results/runs/latest", "--config", "ci",
+                    "--allow-nothing-gated"))  # one prompt per cell: too few to gate, which is not the point here
     _check(_run(installed, tmp_path, "report", "results/runs/latest", "--no-plots"))
     assert (tmp_path / "results/runs/wheel/report/report.md").is_file()
     # the shipped prompt file resolves inside the package from any folder, with both spellings
