@@ -64,7 +64,8 @@ def order(block: int, repeat: int) -> tuple[str, str]:
     return ("baseline", "spec") if (block + repeat) % 2 == 0 else ("spec", "baseline")
 
 
-def _merge(outs: list[GenerateOutput]) -> GenerateOutput:
+def merge_passes(outs: list[GenerateOutput]) -> GenerateOutput:
+    """Passes of one role (blocks, repeats, or several cells) as one output: records, steps, summed wall time."""
     extra: dict = {}
     for o in outs:
         extra.update(o.extra)
@@ -88,15 +89,19 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
         repeat += 1
         if repeat < cfg.min_repeats:
             continue
-        base, spec_out = _merge(outs["baseline"]), _merge(outs["spec"])
+        base, spec_out = merge_passes(outs["baseline"]), merge_passes(outs["spec"])
         ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
         est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat),
                                      requests=False)  # the measurement's noise: more repeats shrink it
-        precise = math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width
-        if precise or repeat >= cfg.max_repeats or time.perf_counter() - t0 >= cfg.budget_s:
-            break
+        if math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width:
+            stopped = "target"
+        elif repeat >= cfg.max_repeats:
+            stopped = "max_repeats"
+        elif time.perf_counter() - t0 >= cfg.budget_s:
+            stopped = "budget_s"
+        else:
+            continue
+        break
     elapsed = time.perf_counter() - t0
-    stopped = "target" if repeat < cfg.max_repeats and elapsed < cfg.budget_s else (
-        "max_repeats" if repeat >= cfg.max_repeats else "budget_s")
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
-    return Measured(_merge(outs["baseline"]), _merge(outs["spec"]), repeat, stopped, contention, noise, elapsed)
+    return Measured(base, spec_out, repeat, stopped, contention, noise, elapsed)  # the loop's last merge

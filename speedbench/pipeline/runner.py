@@ -153,7 +153,7 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
     passes = [_read(store, k.cell_id) for k in parts]
     if any(p is None for p in passes):
         return None
-    merged = [protocol._merge([p[i] for p in passes]) for i in (0, 1)]
+    merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     part_cells = [store.cell(k.cell_id) for k in parts]
     key = overall_key(run, bucket)
     info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
