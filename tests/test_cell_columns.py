@@ -30,9 +30,20 @@ def test_cell_ids_are_unchanged_by_the_new_settings(tmp_path):
     assert CellKey.for_run(run, "coding", "").cell_id != before
 
 
-def test_the_committed_baseline_without_the_new_columns_still_loads():
-    folder = REPO / "results" / "baselines" / "ci-default"
-    first = sorted((folder / "cells").glob("*.json"))[0]
-    assert "max_new_tokens" not in json.loads(first.read_text())  # written before the columns existed
-    cells = ResultsStore(folder).cells()
-    assert len(cells) and "max_new_tokens" not in setup_cols(cells)
+OUTPUT_LENGTH_COLUMNS = ("max_new_tokens", "ignore_eos", "batch_size_run")
+
+
+def test_a_folder_written_before_the_output_length_columns_still_loads(tmp_path):
+    """A results folder from before these columns existed (built from the committed baseline by dropping them) loads."""
+    source = REPO / "results" / "baselines" / "ci-default" / "cells"
+    old = tmp_path / "old" / "cells"
+    old.mkdir(parents=True)
+    for path in sorted(source.glob("*.json")):
+        row = json.loads(path.read_text())
+        for column in OUTPUT_LENGTH_COLUMNS:
+            row.pop(column, None)
+        (old / path.name).write_text(json.dumps(row))
+    assert "max_new_tokens" not in json.loads(next(old.glob("*.json")).read_text())
+    cells = ResultsStore(old.parent).cells()
+    assert len(cells) == len(list(source.glob("*.json")))
+    assert "max_new_tokens" not in setup_cols(cells)
