@@ -42,7 +42,7 @@ def run(out: Path, run_id: str, extra: list[str]) -> float:
 
 def cells(root: Path):
     table = ResultsStore(root).cells()
-    return {r["category"]: r for r in table.to_dict("records") if r["status"] == "ok"}
+    return {r["category"]: r for r in table.to_dict("records") if r["status"] == "ok" and not r.get("derived")}
 
 
 def geomean(values) -> float:

@@ -154,18 +154,25 @@ class SweepConfig:
     allowed_failure_frac: float = 0.0
 
 
+INTERLEAVE = ("step", "pass")
+
+
 @dataclass
 class ProtocolConfig:
     """How a cell is measured (``pipeline.protocol``); not part of a cell's identity.
 
-    Baseline and speculative passes alternate block by block (a block = one batch of B
-    requests; for servers, the whole cell) in ABBA order, repeated until the speedup's interval
+    ``interleave=step`` (engines that can, i.e. the reference engine): a block's baseline and
+    speculative passes run in lockstep, taking turns at iteration boundaries, each on its own
+    clock (``engine.clock.Lockstep``). ``pass`` (every other engine, and on request): the two
+    passes of a block run back to back. Either way blocks go in ABBA order (a block = one batch
+    of B requests; for servers, the whole cell), repeated until the speedup's interval
     measurement noise (interval half-width with the prompts held fixed) is within
     ``target_rel_half_width`` of it (after ``min_repeats``), or ``max_repeats`` or the cell's
     ``budget_s`` is reached.
     """
 
-    min_repeats: int = 3
+    interleave: str = "step"  # step | pass (see above); step falls back to pass where the engine cannot
+    min_repeats: int = 2
     max_repeats: int = 6
     target_rel_half_width: float = 0.02  # 2%: the measurement noise a cell must reach to be "stable"
     budget_s: float = 3.0  # wall seconds per cell after which no new repeat starts (keeps the default run ~2x)
@@ -293,6 +300,8 @@ def validate(run: RunConfig) -> None:
         raise ValueError(f"protocol.min_repeats ({pr.min_repeats}) must be >= 1 and <= protocol.max_repeats ({pr.max_repeats})")
     if not 0 < pr.confidence < 1:
         raise ValueError(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
+    if pr.interleave not in INTERLEAVE:
+        raise ValueError(f"protocol.interleave must be one of {', '.join(INTERLEAVE)}, got {pr.interleave!r}")
     if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
         raise ValueError("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
     if str(run.progress).lower() not in {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}:

@@ -15,6 +15,7 @@ What counts as a secret:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -43,7 +44,12 @@ NOT_SECRET = frozenset({"full_key", "sort_key", "cache_key", "primary_key", "for
 
 
 def is_secret_name(name: Any) -> bool:
-    text = str(name).lstrip("+~").lower()
+    return _is_secret_name(str(name))
+
+
+@functools.lru_cache(maxsize=4096)  # called for every environment variable on every redacted string
+def _is_secret_name(name: str) -> bool:
+    text = name.lstrip("+~").lower()
     if text.endswith("_env") or text.endswith("-env"):
         return False
     leaf = text.rsplit(".", 1)[-1]

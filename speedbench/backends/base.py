@@ -179,6 +179,7 @@ class Backend(ABC):
     asynchronous: ClassVar[bool] = False  # True: requests run one by one, B at a time (servers)
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
+    lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
     tokenizer: Any = None
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:

@@ -27,6 +27,7 @@ DRAFTER_FIELDS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_mo
 
 class TorchBackend(Backend):
     in_process = True
+    lockstep = True
     name = "torch"
 
     def __init__(self, target, engine, seed: int = 0) -> None:

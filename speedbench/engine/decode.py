@@ -8,6 +8,9 @@ iteration is split into three timed phases, read on a device-synced clock around
     verify  = one target forward over [last token, drafts]   (B * (1 + D) tokens in flight)
     accept  = acceptance rule + cache roll-back + history update
     step    = the whole iteration, including the loop's own bookkeeping (harness overhead)
+
+Between iterations the loop calls ``clock.checkpoint``: in a lockstep (``engine.clock``) the
+partner pass may run there, on a clock of its own.
 """
 from __future__ import annotations
 
@@ -84,6 +87,7 @@ def generate(
         history.tokens[b, : len(r)] = r
     history.lens = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
 
+    clock.begin()
     t_start = clock.now()
     target.capture = drafter.feature_layers
     target.reset(batch, capacity)
@@ -103,6 +107,11 @@ def generate(
     arange = torch.arange(batch, device=device)
     step = 0
     t_prev = t_first
+
+    def progress() -> float:
+        return sum(1.0 if done[b] else len(outputs[b]) / max_new_tokens for b in range(batch)) / batch
+
+    clock.checkpoint(progress())  # a lockstep partner may take its turn here (own clocks: not timed)
     while not all(done):
         active = torch.tensor([not d for d in done], device=device)
         proposal = drafter.propose(history, depth, params, generator)
@@ -154,5 +163,6 @@ def generate(
         )
         t_prev = t_end
         step += 1
+        clock.checkpoint(progress())
     return out
 

@@ -26,9 +26,9 @@ error; the pass goes on.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Iterator
 
+from ..engine.clock import own_time
 from ..backends.base import Backend, GenerateOutput, GenerateSpec, Session, TurnInput, TurnResult
 from ..records import STATUS_FAILED, STATUS_OK, Request, RequestRecord, StepRecord
 
@@ -40,12 +40,12 @@ def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> G
     backend.check(spec.drafter, spec.batch_size)
     session = backend.session(spec)
     ids = _Iterations()
-    t0 = time.perf_counter()
+    t0 = own_time()  # the pass's own clock (a lockstep partner's turns are not this pass's time)
     if backend.asynchronous:
         results = asyncio.run(_run_async(session, requests, spec, ids))
     else:
         results = _run_batches(session, requests, spec, ids)
-    wall = time.perf_counter() - t0
+    wall = own_time() - t0
     records: list[RequestRecord] = []
     steps: list[StepRecord] = []
     for req, batch_index, turns, error in results:

@@ -2,9 +2,15 @@
 
 A cell's requests are cut into blocks (one static batch of B requests; for an asynchronous
 server backend the whole cell, since its B requests are in flight together). In repeat r,
-each block runs its baseline pass (A) and its speculative pass (B) back to back, in the order
-AB or BA alternating from block to block and flipping from repeat to repeat (ABBA): slow
-drift and bursts of load land on both sides of a pair. Repeats go on until the speedup's
+each block runs its baseline pass (A) and its speculative pass (B), the one starting first
+alternating from block to block and flipping from repeat to repeat (ABBA). How the two
+passes of a block share time (``protocol.interleave``):
+
+* ``step`` (engines whose loop can take turns: the reference engine): in lockstep, handing
+  over at every few iterations so both passes end together, each on its own clock
+  (``engine.clock.Lockstep``). Machine speed that drifts at every time scale (a shared CPU)
+  hits both sides of a pair within milliseconds, so it cancels in the ratio.
+* ``pass`` (every other engine): back to back, so drift slower than a pass cancels. Repeats go on until the speedup's
 measurement noise (``metrics.paired_speedup`` with the prompts held fixed) is within
 ``protocol.target_rel_half_width`` of it,
 after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has used
@@ -25,6 +31,7 @@ import numpy as np
 from .. import metrics
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..config import ProtocolConfig
+from ..engine.clock import Lockstep
 from ..records import Request
 from . import conversations
 from .noise import NoiseMeter
@@ -36,6 +43,7 @@ class Measured:
     spec: GenerateOutput
     n_repeats: int
     stopped_by: str  # "target" | "max_repeats" | "budget_s"
+    interleave: str  # "step" (lockstep passes) | "pass" (back to back)
     contention: str  # why the machine was not quiet ('' when it was)
     noise: NoiseMeter
     elapsed_s: float
@@ -73,19 +81,37 @@ def merge_passes(outs: list[GenerateOutput]) -> GenerateOutput:
                           sum(o.wall_s for o in outs), extra)
 
 
+def interleaving(backend: Backend, cfg: ProtocolConfig) -> str:
+    """``step`` where asked and the engine's loop can take turns; else ``pass``."""
+    return "step" if cfg.interleave == "step" and backend.lockstep and not backend.asynchronous else "pass"
+
+
+def run_block(backend: Backend, block: list[Request], specs: dict[str, GenerateSpec], first_second: tuple[str, str],
+              mode: str, noise: NoiseMeter) -> dict[str, GenerateOutput]:
+    """One block's baseline and speculative passes: in lockstep (``step``) or one after the other."""
+    def job(role):
+        return lambda: conversations.generate(backend, block, specs[role])
+
+    if mode == "step":
+        return noise.measure(lambda: Lockstep(*first_second).run({role: job(role) for role in first_second}))
+    return {role: noise.measure(job(role)) for role in first_second}
+
+
 def measure(backend: Backend, requests: list[Request], specs: dict[str, GenerateSpec], cfg: ProtocolConfig,
             threads: int = 0) -> Measured:
     """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
     noise = NoiseMeter(threads=threads)
+    mode = interleaving(backend, cfg)
     parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous)
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
     repeat = 0
     while True:
         for b, block in enumerate(parts):
-            for role in order(b, repeat):
-                spec = replace(specs[role], repeat=repeat, extras=repeat == 0 and b == 0)
-                outs[role].append(noise.measure(lambda: conversations.generate(backend, block, spec)))
+            these = {role: replace(specs[role], repeat=repeat, extras=repeat == 0 and b == 0) for role in specs}
+            done = run_block(backend, block, these, order(b, repeat), mode, noise)
+            for role in ("baseline", "spec"):
+                outs[role].append(done[role])
         repeat += 1
         if repeat < cfg.min_repeats:
             continue
@@ -104,4 +130,4 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
         break
     elapsed = time.perf_counter() - t0
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
-    return Measured(base, spec_out, repeat, stopped, contention, noise, elapsed)  # the loop's last merge
+    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed)  # the loop's last merge
