@@ -346,12 +346,18 @@ def span_error(records: Sequence[RequestRecord], steps: Sequence[StepRecord]) ->
     return float(np.median(ratios)) if ratios else NAN
 
 
-def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float, al: float) -> float:
-    """docs/guidelines.md section 3.1: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D))."""
-    denom = t_verify_spec + t_draft
-    if any(math.isnan(x) for x in (t_verify_base, t_verify_spec, t_draft, al)) or denom <= 0:
+def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float, al: float,
+                      t_accept_base: float = 0.0, t_accept_spec: float = 0.0) -> float:
+    """docs/guidelines.md section 3.1: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D)).
+
+    A verification is the target's forward plus its acceptance rule (sampling, rejection,
+    cache roll-back: ``t_accept``), as in vLLM's runner; an engine whose split has no separate
+    acceptance time passes 0 and folds it into ``t_verify``.
+    """
+    base, denom = t_verify_base + t_accept_base, t_verify_spec + t_accept_spec + t_draft
+    if any(math.isnan(x) for x in (base, denom, al)) or denom <= 0:
         return NAN
-    return t_verify_base * al / denom
+    return base * al / denom
 
 
 def low_latency_speedup(al: float, rho: float, depth: int) -> float:
@@ -513,7 +519,8 @@ def _matrix(values: dict) -> np.ndarray:
 
 
 def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[StepRecord]) -> np.ndarray:
-    """Per (request, repeat): T_verif(B) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D)) from that pair's steps."""
+    """Per (request, repeat): T_verif(B) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D)) from that pair's steps
+    (each verification with its acceptance step, ``predicted_speedup``)."""
     def group(steps):
         out: dict = {}
         for s in steps:
@@ -526,10 +533,13 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
         vb = [s.t_verify for s in gb[key] if not math.isnan(s.t_verify)]
         vs = [s.t_verify for s in gs[key] if not math.isnan(s.t_verify)]
         ds = [s.t_draft for s in gs[key] if not math.isnan(s.t_draft)]
+        ab = [s.t_accept for s in gb[key] if not math.isnan(s.t_accept)]
+        as_ = [s.t_accept for s in gs[key] if not math.isnan(s.t_accept)]
         if not vb or not vs:
             continue
         values[key] = predicted_speedup(float(np.mean(vb)), float(np.mean(vs)), float(np.mean(ds)) if ds else 0.0,
-                                        tokens_per_step(gs[key]))
+                                        tokens_per_step(gs[key]), float(np.mean(ab)) if ab else 0.0,
+                                        float(np.mean(as_)) if as_ else 0.0)
     return _matrix(values) if values else np.empty((0, 0))
 
 

@@ -148,8 +148,8 @@ def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict) -> 
             out |= {"t_draft_ms": split["draft"], "t_verify_ms": split["verify"], "t_accept_ms": split["accept"],
                     "t_other_ms": split["other"], "t_verify_ms_baseline": base_split.get("verify", NAN)}
             out["speedup_predicted"] = metrics.predicted_speedup(
-                out["t_verify_ms_baseline"], split["verify"], split["draft"], values.get("tokens_per_step", NAN)
-            ) if "tokens_per_step" in values else NAN
+                out["t_verify_ms_baseline"], split["verify"], split["draft"], values.get("tokens_per_step", NAN),
+                base_split.get("accept", 0.0), split["accept"]) if "tokens_per_step" in values else NAN
     syn = spec.extra.get("synthetic_al")
     out["synthetic_al"] = float(syn) if syn is not None else NAN
     return out
