@@ -530,16 +530,16 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
     gb, gs = group(base_steps), group(spec_steps)
     values = {}
     for key in gb.keys() & gs.keys():
-        vb = [s.t_verify for s in gb[key] if not math.isnan(s.t_verify)]
-        vs = [s.t_verify for s in gs[key] if not math.isnan(s.t_verify)]
-        ds = [s.t_draft for s in gs[key] if not math.isnan(s.t_draft)]
-        ab = [s.t_accept for s in gb[key] if not math.isnan(s.t_accept)]
-        as_ = [s.t_accept for s in gs[key] if not math.isnan(s.t_accept)]
-        if not vb or not vs:
+        vb, vs = _mean([s.t_verify for s in gb[key]]), _mean([s.t_verify for s in gs[key]])
+        if math.isnan(vb) or math.isnan(vs):
             continue
-        values[key] = predicted_speedup(float(np.mean(vb)), float(np.mean(vs)), float(np.mean(ds)) if ds else 0.0,
-                                        tokens_per_step(gs[key]), float(np.mean(ab)) if ab else 0.0,
-                                        float(np.mean(as_)) if as_ else 0.0)
+
+        def or_zero(x: float) -> float:  # a phase the engine did not time costs nothing extra
+            return 0.0 if math.isnan(x) else x
+
+        values[key] = predicted_speedup(vb, vs, or_zero(_mean([s.t_draft for s in gs[key]])), tokens_per_step(gs[key]),
+                                        or_zero(_mean([s.t_accept for s in gb[key]])),
+                                        or_zero(_mean([s.t_accept for s in gs[key]])))
     return _matrix(values) if values else np.empty((0, 0))
 
 

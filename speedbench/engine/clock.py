@@ -70,7 +70,6 @@ class Lockstep:
         self._since = {first: 0.0, second: 0.0}
         self._calls = {first: 0, second: 0}
         self._progress = {first: 0.0, second: 0.0}
-        self.handovers = 0
 
     def _partner(self, role: str) -> str:
         return self.roles[1] if role == self.roles[0] else self.roles[0]
@@ -90,7 +89,6 @@ class Lockstep:
         self._own[role] += time.perf_counter() - self._since[role]
         with self._cv:
             self._turn = other
-            self.handovers += 1
             self._cv.notify_all()
             self._cv.wait_for(lambda: self._turn == role or other not in self._alive)
         self._since[role] = time.perf_counter()
