@@ -90,6 +90,7 @@ def run_app(argv: list[str]) -> int:
     argv, own = split_run_argv(argv)
     from . import run_output
     from .hydra_callbacks import clear_verdict, take_verdict
+    from .pipeline.sweeps import SweepRefused
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
         name, _, value = arg.partition("=")
@@ -151,6 +152,10 @@ def run_app(argv: list[str]) -> int:
     gate = hold_stderr()
     try:
         app()
+    except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
+        sys.stderr = gate.real
+        print(f"speedbench run: {redact.redact_text(str(exc.error))}", file=sys.stderr)
+        return 2
     except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
         if exc.code not in (0, None):
             if not status["started"]:

@@ -3,7 +3,10 @@
 ``SweepGate`` runs in the launching process around a multirun, whatever the launcher
 (in-process, submitit local, Slurm):
 
-* ``on_multirun_start`` resolves ``run_id`` once, before any job is launched. Hydra copies
+* ``on_multirun_start`` checks every job before the first one starts (``sweeps.check_jobs``:
+  each job composed as the launcher will, then the validation pass that needs no weights); a
+  problem in any job refuses the whole sweep (exit 2, nothing measured, nothing written).
+  It then resolves ``run_id`` once, before any job is launched. Hydra copies
   the primary config's resolver cache into every job's config (and submitit pickles it
   with the launcher), so ``${now:...}`` gives every job the same ``run_id`` and all jobs
   write into one results folder, even when they start minutes later on other machines.
@@ -20,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
-from .pipeline.sweeps import SweepVerdict, sweep_verdict
+from .pipeline.sweeps import SweepRefused, SweepVerdict, check_jobs, sweep_verdict
 
 log = logging.getLogger(__name__)
 _LAST: list[SweepVerdict] = []
@@ -37,8 +40,12 @@ def clear_verdict() -> None:
 
 class SweepGate(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from .config import ConfigError
         from .console import release_stderr
 
+        problems = check_jobs(config)
+        if problems:
+            raise SweepRefused(ConfigError(problems))
         release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 

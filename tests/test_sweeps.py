@@ -97,6 +97,41 @@ def test_failure_fraction_applies_to_the_whole_sweep(tmp_path, in_process, capsy
     assert sorted(cells.status) == ["failed", "ok"]
 
 
+def test_a_bad_value_in_a_later_job_refuses_the_sweep_before_any_job_runs(tmp_path, in_process, capsys, load_calls):
+    # job #0 is fine; job #1 (temperature -1) and job #2 (a drafter with another vocabulary) are not.
+    # Each is named with its overrides, nothing is measured or written, and no model is built.
+    sweep = ["run_id=upfront", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2", "-m",
+             "sampling.temperature=0,-1"]
+    assert in_process(tmp_path, *sweep) == 2
+    err = capsys.readouterr().err
+    assert "job #1 (" in err and "sampling.temperature=-1" in err and "must be a number in [0, inf]" in err
+    assert "job #0" not in err
+    assert not (tmp_path / "upfront").exists()
+    assert load_calls == []
+    vocab = ["run_id=vocab", "dataset=mini", "dataset.categories=[coding]", "dataset.n_requests=2", "-m",
+             "drafter=tiny_draft", "drafter.model=builtin:tiny-draft-small,random:tiny"]
+    assert in_process(tmp_path, *vocab) == 2
+    err = capsys.readouterr().err
+    assert "job #1 (" in err and "vocab" in err and "job #0" not in err
+    assert not (tmp_path / "vocab").exists()
+
+
+def test_sweep_job_list_follows_the_sweeper():
+    """``job_overrides`` expands the sweep config's params and the command line as Hydra's basic
+    sweeper does (the d_by_b grid times a command-line sweep)."""
+    from omegaconf import OmegaConf
+
+    from speedbench.pipeline.sweeps import job_overrides
+
+    grid = OmegaConf.load(cli.CONF_DIR / "sweep" / "d_by_b.yaml").hydra.sweeper.params
+    cfg = OmegaConf.create({"hydra": {"sweeper": {"params": grid}, "overrides": {"task": ["sweep=d_by_b", "seed=0,1"]}}})
+    jobs = job_overrides(cfg)
+    assert len(jobs) == 4 * 2 * 2  # D in 1,2,4,6 x B in 1,4 x seed in 0,1
+    assert len({tuple(j) for j in jobs}) == len(jobs)
+    assert all("sweep=d_by_b" in j for j in jobs)
+    assert {j[0] for j in jobs} == {f"drafter.num_speculative_tokens={d}" for d in (1, 2, 4, 6)}
+
+
 def test_fault_injection_options_do_not_change_the_cell_id(tmp_path):
     plain = make_run(tmp_path, "x")
     slowed = make_run(tmp_path, "y", faults=FaultConfig(delay_ms=25))

@@ -1,16 +1,84 @@
-"""Sweep-level verdicts, read from a results folder.
+"""The sweep as a whole: every job checked before the first one starts, one verdict at the end.
 
 In a multirun every job measures its own cells, possibly in its own process (submitit,
-Slurm), so no single job sees the whole sweep. The verdict below is computed once, after
-all jobs ended, from the cells every job wrote into the shared results folder.
+Slurm), so no single job sees the whole sweep. Both checks below run in the launching
+process: :func:`check_jobs` composes each job's configuration exactly as the launcher will
+and runs the run-level validation pass on it (no model loads), so a bad value in the
+seventh job is refused before the first job measures anything; :func:`sweep_verdict` is
+computed once, after all jobs ended, from the cells every job wrote into the shared
+results folder.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..records import STATUS_OK
 from ..results.store import ResultsStore
+
+
+class SweepRefused(BaseException):
+    """A sweep refused before any job ran; carries the :class:`~speedbench.config.ConfigError`.
+
+    A ``BaseException`` on purpose: Hydra turns an ``Exception`` raised in a callback into a
+    warning and carries on, and this must stop the sweep. ``speedbench run`` catches it.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def job_overrides(config: Any) -> list[list[str]]:
+    """Each job's overrides, as Hydra's basic sweeper expands ``hydra.sweeper.params`` and the
+    command line (the sweeper's own rule, one list per job, in launch order)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    arguments += [str(a) for a in config.hydra.overrides.task]
+    loader = GlobalHydra.instance().hydra.config_loader if GlobalHydra.instance().is_initialized() else None
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(arguments)
+    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def check_jobs(config: Any) -> list[str]:
+    """Every problem of every job of the multirun ``config`` (empty: all jobs may start).
+
+    Each job is composed as the launcher composes it (the sweep's resolved values, such as
+    ``run_id``, carried over) and goes through ``to_run_config`` and ``validation.prepare``:
+    the same checks a job runs before its models load, none of which loads weights.
+    """
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ..config import to_run_config
+    from ..data.errors import DatasetError
+    from . import validation
+
+    loader = GlobalHydra.instance().hydra.config_loader
+    problems: list[str] = []
+    jobs = job_overrides(config)
+    for number, overrides in enumerate(jobs):
+        try:
+            job = loader.load_sweep_config(config, list(overrides))
+            with open_dict(job):  # what the launcher sets before a job runs
+                job.hydra.job.num = number
+                job.hydra.job.id = str(number)
+            validation.prepare(to_run_config(job))
+        except validation.ConfigError as exc:
+            found = exc.problems
+        except (DatasetError, OmegaConfBaseException, ValueError, FileNotFoundError) as exc:
+            found = [str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__]
+        else:
+            continue
+        label = f"job #{number} ({' '.join(overrides)})" if len(jobs) > 1 else f"job #{number}"
+        problems += [f"{label}: {p}" for p in found]
+    return problems
 
 
 @dataclass(frozen=True)
