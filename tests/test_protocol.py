@@ -126,3 +126,24 @@ def test_the_runner_writes_protocol_columns(tmp_path):
     assert cell.speedup_ci_low <= cell.speedup <= cell.speedup_ci_high  # the prompts still differ
     assert cell.threads == 0 and math.isnan(cell.cpu_util)  # synthetic: no engine threads in this process
     assert cell.extra["protocol"]["stopped_by"] == "target"
+
+
+def test_merged_passes_count_every_iteration_once():
+    """Each pass numbers its forwards from 0; the cell's merge must keep them apart, so the
+    per-iteration times (t_draft_ms, t_verify_ms, ...) come from every block and repeat, and the
+    rows of one batch forward still count once."""
+    cfg = ProtocolConfig(min_repeats=3, max_repeats=3, **QUIET)
+    m = protocol.measure(_synthetic(noise=0.0), REQS, _specs(batch=2), cfg)  # 2 blocks x 3 repeats
+    assert m.n_repeats == 3
+    for out in (m.base, m.spec):
+        # a pass's rows: per (repeat, block) the forwards that rows share; rebuilt from the rows
+        per_forward = {}
+        for s in out.steps:
+            per_forward.setdefault(s.iteration, set()).add((s.repeat, s.turn))
+        assert all(len(v) == 1 for v in per_forward.values())  # no id shared across passes
+        forwards = len(metrics.iteration_times(out.steps))
+        assert forwards == len(per_forward)
+        n_rows = len(out.steps)
+        assert n_rows / 2 <= forwards < n_rows  # B=2: two rows share a forward while both are running
+    one = protocol.merge_passes([m.base])
+    assert [s.iteration for s in one.steps] == [s.iteration for s in m.base.steps]  # merging again changes nothing

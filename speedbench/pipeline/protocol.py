@@ -73,12 +73,21 @@ def order(block: int, repeat: int) -> tuple[str, str]:
 
 
 def merge_passes(outs: list[GenerateOutput]) -> GenerateOutput:
-    """Passes of one role (blocks, repeats, or several cells) as one output: records, steps, summed wall time."""
+    """Passes of one role (blocks, repeats, or several cells) as one output: records, steps, summed wall time.
+
+    Iteration ids are unique within a pass only (each pass counts from 0); the merged steps get
+    ids unique within the merge (each pass's shifted past the previous ones), so a per-iteration
+    time is counted once per forward, from every pass. The inputs are left as they were.
+    """
     extra: dict = {}
+    steps: list = []
+    offset = 0
     for o in outs:
         extra.update(o.extra)
-    return GenerateOutput([r for o in outs for r in o.requests], [s for o in outs for s in o.steps],
-                          sum(o.wall_s for o in outs), extra)
+        top = max((s.iteration for s in o.steps), default=-1)
+        steps += [replace(s, iteration=s.iteration + offset) if offset and s.iteration >= 0 else s for s in o.steps]
+        offset += top + 1
+    return GenerateOutput([r for o in outs for r in o.requests], steps, sum(o.wall_s for o in outs), extra)
 
 
 def interleaving(backend: Backend, cfg: ProtocolConfig) -> str:
