@@ -2,9 +2,10 @@
 
 Every backend goes through :func:`generate`. A request's user turns are sent one after
 another; the engine's own reply to turn i is appended as the assistant message before
-turn i+1 (SPEED-Bench's multi-turn rule). Static-batch engines get B conversations at a time
-and one ``run_turns`` call per turn; per-request servers run every conversation as its own
-task, at most B in flight. A failing batch or request is recorded ``status=failed`` with its
+turn i+1 (SPEED-Bench's multi-turn rule, written once in :func:`_conversations`). Static-batch
+engines get B conversations at a time and one ``run_turns`` call per turn; per-request servers
+run every conversation as its own task, at most B in flight; both drivers only carry the
+engine's results to that one loop. A failing batch or request is recorded ``status=failed`` with its
 error; the pass goes on.
 
 :func:`fold_turns` is the only place a ``RequestRecord`` is built, with these conventions:
@@ -85,53 +86,75 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _run_batches(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations):
-    out = []
+Outcome = tuple  # (request, batch index, its turns' results, error or None)
+
+
+def _conversations(session: Session, group: list[Request], ids: _Iterations):
+    """The multi-turn rule, once, for a group of conversations run together (a static batch, or
+    one request on a server): yields each turn's inputs for the conversations that have that
+    turn, is sent the engine's results, appends each reply to its conversation before the next
+    turn is rendered, and returns every conversation's turn results."""
+    history: list[list[tuple[str, TurnResult]]] = [[] for _ in group]
+    for turn in range(max(len(r.turns) for r in group)):
+        rows = [b for b, r in enumerate(group) if len(r.turns) > turn]
+        inputs = [TurnInput(group[b], turn, session.render(history[b], group[b].turns[turn]), tuple(history[b]))
+                  for b in rows]
+        results = yield inputs
+        if len(results) != len(inputs):
+            raise RuntimeError(f"the engine returned {len(results)} results for {len(inputs)} prompts")
+        ids.assign(results)
+        for b, res in zip(rows, results):
+            history[b].append((group[b].turns[turn], res))
+    return [[res for _, res in h] for h in history]
+
+
+def _outcomes(group: list[Request], turns: list | None = None, exc: BaseException | None = None) -> list[Outcome]:
+    """What a group of conversations came to: each one's turns, or the group's failure (data, not an exception)."""
+    if exc is not None:
+        return [(r, b, [], _error(exc)) for b, r in enumerate(group)]
+    return [(r, b, t, None) for b, (r, t) in enumerate(zip(group, turns))]
+
+
+def _run_batches(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations) -> list[Outcome]:
+    """Static batches of B conversations, one ``run_turns`` call per turn; a failed batch is data."""
+    out: list[Outcome] = []
     for batch in batches(requests, spec.batch_size):
-        history: list[list[tuple[str, TurnResult]]] = [[] for _ in batch]
+        conv = _conversations(session, batch, ids)
         try:
-            for turn in range(max(len(r.turns) for r in batch)):
-                rows = [b for b, r in enumerate(batch) if len(r.turns) > turn]
-                inputs = [
-                    TurnInput(batch[b], turn, session.render(history[b], batch[b].turns[turn]), tuple(history[b]))
-                    for b in rows
-                ]
-                results = session.run_turns(inputs)
-                if len(results) != len(inputs):
-                    raise RuntimeError(f"the engine returned {len(results)} results for {len(inputs)} prompts")
-                ids.assign(results)
-                for b, res in zip(rows, results):
-                    history[b].append((batch[b].turns[turn], res))
-        except Exception as exc:  # a failed batch is data; the pass goes on
-            out += [(r, b, [], _error(exc)) for b, r in enumerate(batch)]
-            continue
+            inputs = next(conv)
+            while True:
+                inputs = conv.send(session.run_turns(inputs))
+        except StopIteration as done:
+            out += _outcomes(batch, done.value)
+        except Exception as exc:  # noqa: BLE001 - the pass goes on
+            out += _outcomes(batch, exc=exc)
         finally:
             if spec.progress:
                 spec.progress(len(batch))
-        out += [(r, b, [res for _, res in history[b]], None) for b, r in enumerate(batch)]
     return out
 
 
-async def _run_async(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations):
+async def _run_async(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations) -> list[Outcome]:
+    """Every conversation its own task, at most B in flight; a failed request is data."""
     await session.start()
     try:
         sem = asyncio.Semaphore(spec.batch_size)
 
-        async def one(index: int, req: Request):
+        async def one(index: int, req: Request) -> Outcome:
             await session.arrive(index)
             async with sem:
-                history: list[tuple[str, TurnResult]] = []
+                conv = _conversations(session, [req], ids)
                 try:
-                    for turn, user in enumerate(req.turns):
-                        res = await session.run_turn_async(TurnInput(req, turn, session.render(history, user), tuple(history)))
-                        ids.assign([res])
-                        history.append((user, res))
-                except Exception as exc:  # a failed request is data
-                    return req, 0, [], _error(exc)
+                    inputs = next(conv)
+                    while True:
+                        inputs = conv.send([await session.run_turn_async(inputs[0])])
+                except StopIteration as done:
+                    return _outcomes([req], done.value)[0]
+                except Exception as exc:  # noqa: BLE001
+                    return _outcomes([req], exc=exc)[0]
                 finally:
                     if spec.progress:
                         spec.progress(1)
-                return req, 0, [res for _, res in history], None
 
         return await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
     finally:
