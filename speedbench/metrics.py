@@ -412,9 +412,29 @@ class SpeedupEstimate:
         return (self.high - self.low) / 2 / self.point if self.point > 0 else NAN
 
 
-def _geomean(x: np.ndarray, axis: int = -1):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.exp(np.mean(np.log(x), axis=axis))
+def geomean(values, axis: int | None = None):
+    """Geometric mean of the positive finite values (the rest left out; NaN where none): how
+    speedups and other ratios average, here and in the gate and the report."""
+    import warnings
+
+    x = np.asarray(values, dtype=float)
+    x = np.where(np.isfinite(x) & (x > 0), x, np.nan)
+    with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # nothing usable: NaN, as it should be
+        out = np.exp(np.nanmean(np.log(x), axis=axis)) if x.size else np.float64(NAN)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def speedup_of(ratios):
+    """The speedup estimator on paired ratios ``[..., request, repeat]``: each request's median
+    over its repeats, then the geometric mean over requests (non-finite ratios left out)."""
+    import warnings
+
+    r = np.asarray(ratios, dtype=float)
+    r = np.where(np.isfinite(r) & (r > 0), r, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a request with no finite ratio: left out
+        return geomean(np.nanmedian(r, axis=-1), axis=-1)
 
 
 def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: int = 1000,
@@ -440,15 +460,15 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        point = float(_geomean(np.nanmedian(r, axis=1)))
-        per_repeat = _geomean(r, axis=0) if m > 1 else np.array([point])
+        point = float(speedup_of(r))
+        per_repeat = geomean(r, axis=0) if m > 1 else np.array([point])
         per_repeat = per_repeat[np.isfinite(per_repeat)]
         cv = float(np.std(per_repeat, ddof=1) / np.mean(per_repeat)) if per_repeat.size > 1 else NAN
         rng = rng if rng is not None else np.random.default_rng(0)
         rows = rng.integers(0, n, size=(n_resamples, n)) if requests else np.broadcast_to(np.arange(n), (n_resamples, n))
         cols = rng.integers(0, m, size=(n_resamples, n, m))
         boot = r[rows[:, :, None], cols]  # [resample, request, repeat]
-        est = _geomean(np.nanmedian(boot, axis=2), axis=1)
+        est = np.asarray(speedup_of(boot))
     est = est[np.isfinite(est)]
     tail = (1.0 - confidence) / 2
     low, high = (np.quantile(est, [tail, 1.0 - tail]) if est.size else (point, point))

@@ -82,3 +82,16 @@ def test_redaction_keeps_token_counts_and_hides_credentials():
     assert out["api_key"] == out["hf_token"] == out["options"]["token"] == "<redacted>"
     assert out["options"]["base_url"] == "http://127.0.0.1:8000"
     assert out["argv"] == ["api_key=<redacted>"] and out["note"] == "<redacted>"
+
+
+def test_geomean_and_the_speedup_estimator_are_the_one_definition():
+    import numpy as np
+
+    assert metrics.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert metrics.geomean([2.0, float("nan"), 0.0, -1.0, 8.0]) == pytest.approx(4.0)  # unusable values left out
+    assert math.isnan(metrics.geomean([])) and math.isnan(metrics.geomean([float("nan")]))
+    ratios = np.array([[1.0, 1.2, 1.1], [2.0, 2.0, 8.0]])  # [request, repeat]
+    assert metrics.speedup_of(ratios) == pytest.approx(math.sqrt(1.1 * 2.0))
+    stacked = np.stack([ratios, ratios * 2])  # leading axes are kept: one estimate per resample
+    assert np.allclose(metrics.speedup_of(stacked), [math.sqrt(2.2), 2 * math.sqrt(2.2)])
+    assert metrics.paired_speedup(ratios).point == pytest.approx(metrics.speedup_of(ratios))

@@ -22,7 +22,6 @@ noise threshold below which a change is "no change", sized from identical reruns
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,13 +67,7 @@ def speedup(r: RequestArrays, idx: np.ndarray, rng: np.random.Generator | None =
         cols = np.broadcast_to(np.arange(m), (*idx.shape, m))
     else:
         cols = rng.integers(0, m, size=(*idx.shape, m))
-    vals = r.ratios[idx[..., None], cols]  # [resample, request, repeat]
-    vals = np.where(np.isfinite(vals) & (vals > 0), vals, np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows give NaN, as they should
-        per_request = np.nanmedian(vals, axis=-1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.exp(np.nanmean(np.log(per_request), axis=-1))
+    return np.asarray(metrics.speedup_of(r.ratios[idx[..., None], cols]))  # [resample, request, repeat]
 
 
 METRICS = {"al": al, "speedup": speedup}
@@ -120,12 +113,11 @@ def pooled(estimates: list[RatioEstimate], confidence: float) -> tuple[float, fl
     usable = [e for e in estimates if e.samples.size and math.isfinite(e.ratio) and e.ratio > 0]
     if not usable:
         return math.nan, math.nan, math.nan
-    point = float(np.exp(np.mean([math.log(e.ratio) for e in usable])))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        logs = np.mean(np.log(np.stack([e.samples for e in usable])), axis=0)
-    logs = logs[np.isfinite(logs)]
-    if logs.size == 0:
+    point = metrics.geomean([e.ratio for e in usable])
+    together = np.asarray(metrics.geomean(np.stack([e.samples for e in usable]), axis=0))
+    together = together[np.isfinite(together)]
+    if together.size == 0:
         return point, point, point
     tail = (1.0 - confidence) / 2
-    low, high = np.exp(np.quantile(logs, [tail, 1.0 - tail]))
+    low, high = np.quantile(together, [tail, 1.0 - tail])
     return point, float(low), float(high)

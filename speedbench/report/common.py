@@ -96,8 +96,7 @@ def config_speedups(spec: pd.DataFrame) -> pd.DataFrame:
         hi = grp["speedup_ci_high"] if "speedup_ci_high" in grp else grp["speedup"] * math.nan
         point, low, high = metrics.geomean_interval(list(grp["speedup"]), list(lo), list(hi))
         if not finite(point):  # no intervals (older results): the plain geometric mean
-            vals = [v for v in grp["speedup"] if finite(v) and v > 0]
-            point = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+            point = metrics.geomean(list(grp["speedup"]))
         # the same prompts under every configuration: compare configurations on measurement noise alone
         noise = grp["speedup_noise"] if "speedup_noise" in grp else grp["speedup"] * math.nan
         _, n_low, n_high = metrics.geomean_interval(list(grp["speedup"]), list(grp["speedup"] * (1 - noise)),
@@ -116,15 +115,10 @@ def per_config(ok: pd.DataFrame, cols: list[str], extra_keys: tuple[str, ...] = 
     if ok.empty:
         return pd.DataFrame(columns=keys + cols)
     frame = ok[keys + cols].copy()
-    ratios = [c for c in cols if c.startswith("speedup")]  # ratios average on the log scale
     for c in cols:
         frame[c] = pd.to_numeric(frame[c], errors="coerce")
-        if c in ratios:
-            frame[c] = [math.log(v) if finite(v) and v > 0 else math.nan for v in frame[c]]
-    out = frame.groupby(keys, dropna=False, sort=True)[cols].mean().reset_index()
-    for c in ratios:
-        out[c] = [math.exp(v) if finite(v) else math.nan for v in out[c]]
-    return out
+    how = {c: (metrics.geomean if c.startswith("speedup") else "mean") for c in cols}  # ratios average geometrically
+    return frame.groupby(keys, dropna=False, sort=True)[cols].agg(how).reset_index()
 
 
 def best_by(frame: pd.DataFrame, group: list[str], value: str) -> pd.DataFrame:

@@ -23,10 +23,9 @@ def config_table(spec: pd.DataFrame) -> pd.DataFrame:
             spec = spec.assign(**{c: float("nan")})
     keys = setup_cols(spec) + [MECH, "method", D, B]
     conf = per_config(spec, VALUES).merge(config_speedups(spec), on=keys, how="left")
-    pred = spec.assign(_lp=[math.log(v) if finite(v) and v > 0 else math.nan for v in spec["speedup_predicted"]])
-    geo = pred.groupby(keys, dropna=False)["_lp"].mean().reset_index()
+    pred = pd.to_numeric(spec["speedup_predicted"], errors="coerce")
+    geo = pred.groupby([spec[k] for k in keys], dropna=False).agg(metrics.geomean).reset_index()
     conf = conf.drop(columns=["speedup_predicted"]).merge(geo, on=keys, how="left")
-    conf["speedup_predicted"] = [math.exp(v) if finite(v) else math.nan for v in conf.pop("_lp")]
     counts = spec.groupby(keys, dropna=False).agg(cells=("cell_id", "size"), requests=("n_requests", "sum")).reset_index()
     conf = conf.merge(counts, on=keys, how="left")
     conf["pred_over_meas"] = conf["speedup_predicted"] / conf["speedup"]
