@@ -34,6 +34,23 @@ RANDOM_PRESETS: dict[str, dict[str, Any]] = {
 BYTE_SPECIALS = ("<|bos|>", "<|eos|>", "<|pad|>")
 
 
+def random_preset(path: str) -> str | None:
+    """The preset of a ``random:PRESET`` name, None for any other path; an unknown preset raises
+    ``ValueError`` naming the known ones. The one place that reads the ``random:`` prefix."""
+    if not path.startswith("random:"):
+        return None
+    preset = path.split(":", 1)[1]
+    if preset not in RANDOM_PRESETS:
+        raise ValueError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
+    return preset
+
+
+def random_config(preset: str) -> dict[str, Any]:
+    """The config of a ``random:`` preset's model, without building it (byte-level vocabulary)."""
+    return {"vocab_size": 256 + len(BYTE_SPECIALS), "max_position_embeddings": 4096, "tie_word_embeddings": True,
+            **RANDOM_PRESETS[preset]}
+
+
 def resolve_path(path: str) -> str:
     if path.startswith("builtin:"):
         local = FIXTURES_DIR / path.split(":", 1)[1]
@@ -64,10 +81,7 @@ def byte_tokenizer():
 def _random_model(preset: str, seed: int = 0, device: str = "cpu"):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if preset not in RANDOM_PRESETS:
-        raise KeyError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
-    vocab = len(byte_tokenizer())
-    config = LlamaConfig(vocab_size=vocab, max_position_embeddings=4096, tie_word_embeddings=True, **RANDOM_PRESETS[preset])
+    config = LlamaConfig(**random_config(random_preset(f"random:{preset}")))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         if device == "cpu":
@@ -87,8 +101,9 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu", revision:
     """An eval-mode causal LM on ``device``; cached so a sweep loads each model once."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if path.startswith("random:"):
-        model = _random_model(path.split(":", 1)[1], device=str(device) if str(device).startswith("cuda") else "cpu")
+    preset = random_preset(path)
+    if preset is not None:
+        model = _random_model(preset, device=str(device) if str(device).startswith("cuda") else "cpu")
     else:
         from transformers import AutoModelForCausalLM
 
@@ -100,7 +115,7 @@ def load_model(path: str, dtype: str = "float32", device: str = "cpu", revision:
 
 @lru_cache(maxsize=8)
 def load_tokenizer(path: str, revision: str | None = None, trust_remote_code: bool = False):
-    if path.startswith("random:"):
+    if random_preset(path) is not None:
         return byte_tokenizer()
     from transformers import AutoTokenizer
 
@@ -152,11 +167,9 @@ def local_dir(path: str) -> str:
     """A folder an engine can load for ``path``; ``random:`` presets are exported once into the cache."""
     if path.startswith("builtin:"):
         return resolve_path(path)
-    if not path.startswith("random:"):
+    preset = random_preset(path)
+    if preset is None:
         return path
-    preset = path.split(":", 1)[1]
-    if preset not in RANDOM_PRESETS:
-        raise KeyError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
     target = cache_dir() / "random" / f"{preset}-{_fingerprint(preset)}"
     if (target / "config.json").exists():
         return str(target)

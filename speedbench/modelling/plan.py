@@ -156,15 +156,16 @@ def _check_shape_name(name: str) -> None:
     import difflib
 
     from ..console import UsageError
-    from ..models import RANDOM_PRESETS
+    from ..models import RANDOM_PRESETS, random_preset
     from .shapes import SHAPE_PRESETS
 
     if name in SHAPE_PRESETS:
         return
-    if name.startswith("random:"):
-        if name.split(":", 1)[1] in RANDOM_PRESETS:
+    try:
+        if random_preset(name) is not None:
             return
-        raise UsageError(f"--model-shape {name!r}: unknown random preset (known: {', '.join('random:' + p for p in sorted(RANDOM_PRESETS))})")
+    except ValueError:
+        raise UsageError(f"--model-shape {name!r}: unknown random preset (known: {', '.join('random:' + p for p in sorted(RANDOM_PRESETS))})") from None
     if name.startswith("builtin:"):
         return  # resolved (or refused with the shipped names) by load_shape
     close = difflib.get_close_matches(name, list(SHAPE_PRESETS), n=1)

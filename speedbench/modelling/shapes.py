@@ -110,21 +110,16 @@ SHAPE_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _random_preset(preset: str) -> dict[str, Any]:
-    from ..models import BYTE_SPECIALS, RANDOM_PRESETS
-
-    if preset not in RANDOM_PRESETS:
-        raise KeyError(f"unknown random preset {preset!r}; known: {sorted(RANDOM_PRESETS)}")
-    return {**RANDOM_PRESETS[preset], "vocab_size": 256 + len(BYTE_SPECIALS)}
-
-
 def load_config_dict(spec: str, allow_hub: bool = True) -> dict[str, Any]:
     """The config dict for a preset name, ``random:PRESET``, ``builtin:NAME``, a config.json or a model folder;
     else a hub id's config (from the local cache only unless ``allow_hub``)."""
     if spec in SHAPE_PRESETS:
         return dict(SHAPE_PRESETS[spec])
-    if spec.startswith("random:"):
-        return _random_preset(spec.split(":", 1)[1])
+    from ..models import random_config, random_preset
+
+    preset = random_preset(spec)
+    if preset is not None:
+        return random_config(preset)
     path = spec
     if spec.startswith("builtin:"):
         from ..models import resolve_path

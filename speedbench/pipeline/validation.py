@@ -45,12 +45,9 @@ def model_config(path: str) -> dict[str, Any] | None:
     (not checked: reading it would need the network). Raises ``FileNotFoundError`` / ``ValueError``."""
     from .. import models
 
-    if path.startswith("random:"):
-        preset = path.split(":", 1)[1]
-        if preset not in models.RANDOM_PRESETS:
-            raise ValueError(f"unknown random preset {preset!r}; known: {sorted(models.RANDOM_PRESETS)}")
-        return {"vocab_size": len(models.byte_tokenizer()), "max_position_embeddings": 4096,
-                **models.RANDOM_PRESETS[preset]}
+    preset = models.random_preset(path)
+    if preset is not None:
+        return models.random_config(preset)
     local = Path(models.resolve_path(path)).expanduser()
     if not local.exists():
         if path.startswith(("/", ".", "~")) or path.count("/") != 1:
