@@ -41,14 +41,17 @@ def split_run_argv(argv: list[str]) -> tuple[list[str], dict]:
 
     Hydra's parser takes its flags only before the overrides; speedbench builds Hydra's argv
     itself, so ``-m``, ``--config-dir DIR`` etc. may stand anywhere on the line.
-    Own options: ``--json FILE`` (``-`` = stdout).
+    Own options: ``--json FILE`` (``-`` = stdout); ``--check`` (validate, load and run nothing).
     """
     options: list[str] = []
     overrides: list[str] = []
-    own: dict = {"json": None}
+    own: dict = {"json": None, "check": False}
     i = 0
     while i < len(argv):
         arg = argv[i]
+        if arg == "--check":
+            own["check"], i = True, i + 1
+            continue
         if arg == "--json" or arg.startswith("--json="):
             if arg == "--json":
                 if i + 1 >= len(argv):
@@ -89,8 +92,8 @@ def run_app(argv: list[str]) -> int:
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
     argv, own = split_run_argv(argv)
     from . import run_output
-    from .hydra_callbacks import clear_verdict, take_verdict
-    from .pipeline.sweeps import SweepRefused
+    from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
+    from .pipeline.sweeps import SweepChecked, SweepRefused
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
         name, _, value = arg.partition("=")
@@ -104,13 +107,14 @@ def run_app(argv: list[str]) -> int:
     register_configs()
     register_resolver()
     clear_verdict()
+    set_check_only(own["check"])
     status = {"code": 0, "root": None, "started": False, "wandb_dir": None}
     redact.collect(list(argv))
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
     def app(cfg) -> None:
         from .data.errors import DatasetError
-        from .pipeline import runner
+        from .pipeline import runner, validation
 
         status["started"] = True
         release_stderr()
@@ -123,6 +127,12 @@ def run_app(argv: list[str]) -> int:
         try:
             try:
                 run = to_run_config(cfg)
+                if own["check"]:  # validation only: nothing loads, nothing is written
+                    prepared = validation.prepare(run)
+                    print(f"speedbench run --check: ok ({len(prepared.requests)} prompts; nothing loaded, nothing written)")
+                    if fresh:
+                        _discard_hydra_output(root)
+                    return
                 status["root"] = Path(run.results_dir) / run.run_id
                 if run.logger.name == "wandb" and run.logger.mode == "offline":  # where wandb puts offline runs
                     status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
@@ -152,6 +162,10 @@ def run_app(argv: list[str]) -> int:
     gate = hold_stderr()
     try:
         app()
+    except SweepChecked as exc:  # --check -m: every job passed, none was launched
+        sys.stderr = gate.real
+        print(f"speedbench run --check: ok ({exc.n_jobs} jobs; nothing loaded, nothing written)")
+        return 0
     except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
         sys.stderr = gate.real
         print(f"speedbench run: {redact.redact_text(str(exc.error))}", file=sys.stderr)

@@ -23,10 +23,16 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from .results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
-from .pipeline.sweeps import SweepRefused, SweepVerdict, check_jobs, sweep_verdict
+from .pipeline.sweeps import SweepChecked, SweepRefused, SweepVerdict, check_jobs, job_overrides, sweep_verdict
 
 log = logging.getLogger(__name__)
 _LAST: list[SweepVerdict] = []
+_CHECK_ONLY: list[bool] = [False]
+
+
+def set_check_only(on: bool) -> None:
+    """``speedbench run --check``: a multirun stops after every job passed the checks."""
+    _CHECK_ONLY[0] = on
 
 
 def take_verdict() -> SweepVerdict | None:
@@ -46,6 +52,8 @@ class SweepGate(Callback):
         problems = check_jobs(config)
         if problems:
             raise SweepRefused(ConfigError(problems))
+        if _CHECK_ONLY[0]:
+            raise SweepChecked(len(job_overrides(config)))
         release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 

@@ -30,6 +30,14 @@ class SweepRefused(BaseException):
         self.error = error
 
 
+class SweepChecked(BaseException):
+    """``speedbench run --check -m``: every job passed the checks; the sweep stops before launching."""
+
+    def __init__(self, n_jobs: int) -> None:
+        super().__init__(f"{n_jobs} jobs checked")
+        self.n_jobs = n_jobs
+
+
 def job_overrides(config: Any) -> list[list[str]]:
     """Each job's overrides, as Hydra's basic sweeper expands ``hydra.sweeper.params`` and the
     command line (the sweeper's own rule, one list per job, in launch order)."""
