@@ -2,11 +2,13 @@
 
 What counts as a secret:
 
-* the value under a key whose name has a credential word as one of its ``_``/``-``/``.``
-  separated parts (key, apikey, token, secret, password, passwd, pwd, auth, authorization,
-  credential(s), bearer, cookie, session, signature, sig) - so ``endpoint_auth`` and
-  ``api_key`` are secrets, ``max_new_tokens`` and ``tokenizer`` are not; names ending in
-  ``_env`` name an environment variable and are kept;
+* the value (not a float) under a key whose name has a credential word as one of its
+  ``_``/``-``/``.`` separated parts (key, apikey, token, secret, password, passwd, pwd, auth,
+  authorization, credential(s), bearer, cookie, session, signature, sig) - so ``endpoint_auth``
+  and ``api_key`` are secrets, ``max_new_tokens`` and ``tokenizer`` are not; a credential word
+  after ``per`` or before a measurement word (``chars_per_token``, ``token_match_rate``,
+  ``prompt_token_limit``, ``first_token_timeout_s``) is not; names ending in ``_env`` name an
+  environment variable and are kept;
 * in any string: URL userinfo (``scheme://user:PASSWORD@host``), URL query parameters and
   ``name=value`` / ``name: value`` pairs whose name is a credential name, ``Bearer ...``,
   strings shaped like API keys (``sk-``, ``hf_``, ``ghp_``, JWTs ...);
@@ -33,12 +35,19 @@ _NAME = r"[A-Za-z0-9_.\-]*"
 _VALUE_SHAPES = re.compile(r"\b(sk-|hf_|ghp_|gho_|ghs_|github_pat_|xox[bap]-|eyJ)[A-Za-z0-9_\-.]{8,}")
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/@\s'\"]+)@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
+# a URL's query parameters (before _PAIR, whose host:port match would swallow the rest of the URL)
+_QUERY = re.compile(r"(?P<lead>[?&;])(?P<name>[A-Za-z0-9_.\-]+)=(?P<value>[^&#\s'\"]+)")
 # name=value (command lines, query strings, overrides) and name: value (YAML, logs)
 _PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-+]+)(?P<sep>['\"]?\s*(?:=|:(?!//))\s*)(?P<q>['\"]?)(?P<value>[^\s&,;'\"}\]]+)")
 _KNOWN: set[str] = set()
 MIN_SECRET_LEN = 6  # shorter values (e.g. 'true', '1') would redact ordinary text
 
 
+# a credential word next to one of these names a measurement or a setting about it, not a secret:
+# chars_per_token, token_match_rate, prompt_token_limit, first_token_timeout_s, key_dir, api_key_file
+NOT_CREDENTIAL_AFTER = frozenset({"rate", "limit", "limits", "timeout", "count", "counts", "len", "length", "size",
+                                  "frac", "fraction", "ratio", "match", "ms", "budget", "total", "id", "ids", "type",
+                                  "types", "dir", "path", "file", "name", "names", "env"})
 NOT_SECRET = frozenset({"full_key", "sort_key", "cache_key", "primary_key", "foreign_key", "key_type", "keys",
                         "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir"})
 
@@ -56,7 +65,14 @@ def _is_secret_name(name: str) -> bool:
     if leaf in NOT_SECRET:
         return False
     parts = [p for p in _PARTS.split(leaf) if p]
-    return any(p in SECRET_WORDS for p in parts) or leaf.replace("_", "").replace("-", "") in SECRET_WORDS
+    for i, part in enumerate(parts):
+        if part not in SECRET_WORDS:
+            continue
+        after = parts[i + 1] if i + 1 < len(parts) else ""
+        if (i > 0 and parts[i - 1] == "per") or after in NOT_CREDENTIAL_AFTER:
+            continue  # a unit or a measurement (chars_per_token, token_match_rate), not a credential
+        return True
+    return leaf.replace("_", "").replace("-", "") in SECRET_WORDS
 
 
 def env_secrets() -> set[str]:
@@ -85,9 +101,10 @@ def collect(obj: Any) -> None:
         for m in _USERINFO.finditer(obj):
             userinfo = m.group(2)
             remember(userinfo.split(":", 1)[1] if ":" in userinfo else userinfo)
-        for m in _PAIR.finditer(obj):
-            if is_secret_name(m.group("name")):
-                remember(m.group("value"))
+        for pattern in (_QUERY, _PAIR):
+            for m in pattern.finditer(obj):
+                if is_secret_name(m.group("name")):
+                    remember(m.group("value"))
 
 
 def _pair(m: re.Match) -> str:
@@ -105,6 +122,8 @@ def redact_text(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     text = _VALUE_SHAPES.sub(REDACTED, text)
+    text = _QUERY.sub(lambda m: m.group(0) if not is_secret_name(m.group("name")) or m.group("value") == REDACTED
+                      else f"{m.group('lead')}{m.group('name')}={REDACTED}", text)
     return _PAIR.sub(_pair, text)
 
 
@@ -113,8 +132,8 @@ def redact(obj: Any) -> Any:
     if is_dataclass(obj) and not isinstance(obj, type):
         obj = asdict(obj)
     if isinstance(obj, dict):
-        return {k: (REDACTED if is_secret_name(k) and v not in (None, "") and not isinstance(v, (dict, list, bool))
-                    else redact(v)) for k, v in obj.items()}
+        return {k: (REDACTED if is_secret_name(k) and v not in (None, "") and not isinstance(v, (dict, list, bool, float))
+                    else redact(v)) for k, v in obj.items()}  # a float is a measurement, never a credential
     if isinstance(obj, (list, tuple)):
         return [redact(v) for v in obj]
     if isinstance(obj, str):

@@ -1,6 +1,6 @@
 """No secret reaches a file (issue #15): a real run against a loopback OpenAI-compatible server,
 with a password in the server URL, a credential-named override, an environment secret echoed
-through an innocent-looking override, and W&B offline logging; then every file the run wrote,
+through an innocent-looking override, a query token in a URL with a port, and W&B offline logging; then every file the run wrote,
 and its stdout/stderr, is searched for each planted secret."""
 import os
 import subprocess
@@ -16,7 +16,8 @@ from .sweep_helpers import subprocess_env
 URL_PASSWORD = "UrlPassw0rd-9f3k"
 OVERRIDE_SECRET = "OverrideAuth-1x9q"
 ENV_SECRET = "EnvSecret-4h8w-zz"
-SECRETS = (URL_PASSWORD, OVERRIDE_SECRET, ENV_SECRET)
+QUERY_SECRET = "QueryTok-7m2p-yy"
+SECRETS = (URL_PASSWORD, OVERRIDE_SECRET, ENV_SECRET, QUERY_SECRET)
 
 
 @pytest.mark.slow
@@ -31,6 +32,7 @@ def test_planted_secrets_reach_no_file_and_no_output(tmp_path):
             "backend.options.model=tiny", "backend.options.metrics=false",
             f"+backend.options.extra_body.endpoint_auth={OVERRIDE_SECRET}",
             f"+backend.options.extra_body.note={ENV_SECRET}",
+            f"+backend.options.extra_body.callback='http://127.0.0.1:9/cb?access_token={QUERY_SECRET}'",  # port, then query
         ]
         env = subprocess_env(MY_SERVICE_TOKEN=ENV_SECRET, WANDB_MODE="offline", WANDB_SILENT="true")
         proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
@@ -55,6 +57,9 @@ def test_planted_secrets_reach_no_file_and_no_output(tmp_path):
     ("http://bob:hunter2hunter2@host:8000/v1", "hunter2hunter2"),
     ("https://host/v1?api_key=qk-12345678&x=1", "qk-12345678"),
     ("https://host/v1?access_token=tok-abcdefg", "tok-abcdefg"),
+    ("http://127.0.0.1:8000/v1?api_key=qk-12345678", "qk-12345678"),  # a port before the query
+    ("http://bob:pw@127.0.0.1:41234/ok/v1?access_token=AuditQueryTok-55", "AuditQueryTok-55"),
+    ("base_url: http://host:8000/v1?x=1&token=tok-9876543", "tok-9876543"),
     ("+backend.options.extra_body.endpoint_auth=abc12345", "abc12345"),
     ("endpoint_auth: abc12345", "abc12345"),
     ("Authorization: Bearer abcdef123456", "abcdef123456"),
@@ -71,6 +76,17 @@ def test_redact_keeps_ordinary_settings():
     assert out["max_new_tokens"] == 64 and out["num_speculative_tokens"] == 4 and out["tokenizer"] == "x"
     assert out["api_key_env"] == "OPENAI_API_KEY" and out["prompt_tokens"] == 10
     assert out["endpoint_auth"] == out["nested"]["password"] == redact.REDACTED
+
+
+def test_measurements_named_after_tokens_are_not_secrets():
+    """Result fields and settings whose names contain a credential word as a unit or a subject."""
+    row = {"token_match_rate": 0.97, "prompt_token_limit": 131071, "chars_per_token": 3.5,
+           "first_token_timeout_s": 30.0, "prefill_ms_per_token": 0.2, "hf_token": "hf-abcdefgh", "auth_header": "x-123456"}
+    out = redact.redact(row)
+    for name in ("token_match_rate", "prompt_token_limit", "chars_per_token", "first_token_timeout_s", "prefill_ms_per_token"):
+        assert out[name] == row[name], name
+    assert out["hf_token"] == out["auth_header"] == redact.REDACTED
+    assert redact.redact({"auth": 123456789})["auth"] == redact.REDACTED  # an integer credential still is one
 
 
 def test_environment_secrets_are_redacted_anywhere(monkeypatch):
