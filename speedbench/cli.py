@@ -85,7 +85,7 @@ def run_app(argv: list[str]) -> int:
 
     from . import redact
     from .config import register_configs, to_run_config
-    from .config import ConfigError
+    from .config import ConfigError, omegaconf_line
     from .results.runlock import check_run_id, register_resolver
 
     if not CONF_DIR.is_dir():
@@ -138,7 +138,8 @@ def run_app(argv: list[str]) -> int:
                     status["wandb_dir"] = Path(run.logger.options.get("dir") or status["root"]) / "wandb"
                 cells = runner.run_cells(run, progress=True)
             except (ConfigError, DatasetError, OmegaConfBaseException) as exc:  # every problem, named
-                print(f"speedbench run: {redact.redact_text(str(exc))}", file=sys.stderr)
+                text = omegaconf_line(exc) if isinstance(exc, OmegaConfBaseException) else str(exc)
+                print(f"speedbench run: {redact.redact_text(text)}", file=sys.stderr)
                 status["code"] = 2
                 if fresh:
                     _discard_hydra_output(root)
@@ -160,6 +161,10 @@ def run_app(argv: list[str]) -> int:
 
     sys.argv = ["speedbench run", *argv]
     gate = hold_stderr()
+    import os
+
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what went wrong; the branches below make it one line
     try:
         app()
     except SweepChecked as exc:  # --check -m: every job passed, none was launched
@@ -202,6 +207,10 @@ def run_app(argv: list[str]) -> int:
     finally:
         release_stderr()
         sys.stderr = gate.real
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     verdict = take_verdict()  # a multirun: the failure fraction applies to the whole sweep
     root = Path(verdict.root) if verdict is not None else status["root"]
     if root is None:

@@ -257,17 +257,30 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
     """
     from .backends.options import option_schema
 
+    from omegaconf.errors import OmegaConfBaseException
+
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
     drafter = dict(data.pop("drafter", None) or {})
     backend = dict(data.pop("backend", None) or {})
-    run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig(drafter=DrafterConfig(), backend=BackendConfig())), data))
+    try:
+        run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig(drafter=DrafterConfig(), backend=BackendConfig())), data))
+    except OmegaConfBaseException as exc:  # e.g. +sampling.temprature=0.5: one line naming the key
+        raise ValueError(omegaconf_line(exc)) from None
     run.drafter = typed(drafter_schema(str(drafter.get("method", "none"))), drafter, "drafter")
     options = backend.pop("options", None) or {}
     run.backend = typed(BackendConfig, backend, "backend")
     run.backend.options = typed(option_schema(run.backend.name), options, "backend.options")
     validate(run)
     return run
+
+
+def omegaconf_line(exc: Exception, where: str = "") -> str:
+    """An OmegaConf error as one line naming the key (its message has a multi-line trailer)."""
+    key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    name = f"{where}.{key}" if where and key else (key or where)
+    return f"{name}: {first}" if name else first
 
 
 def typed(schema: type, values: dict, where: str):
@@ -277,9 +290,7 @@ def typed(schema: type, values: dict, where: str):
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
-        first = str(exc).splitlines()[0]
-        raise ValueError(f"{where}.{key}: {first}" if key else f"{where}: {first}") from None
+        raise ValueError(omegaconf_line(exc, where)) from None
 
 
 def validate(run: RunConfig) -> None:

@@ -44,10 +44,20 @@ def wrote_nothing(tmp_path):
     (["dataset.on_too_long=sometimes"], ["dataset.on_too_long"]),
     (["drafter.num_speculativ_tokens=3"], ["num_speculativ_tokens"]),
     (["run_id=../../escape"], ["run_id="]),
+    (["backend.impl=banana"], ["backend.impl"]),  # engine settings: checked without building the engine
+    (["backend=hf", "batch_size=4"], ["batch_size=4", "backend=hf"]),
+    (["backend=openai", "target.path=random:tiny-target", "backend.options.base_url=http://127.0.0.1:9/v1",
+      "backend.options.baseline_url=http://127.0.0.1:8/v1", "backend.options.timeout_s=-1"], ["backend.options.timeout_s"]),
+    pytest.param(["backend.device=cuda"], ["backend.device"],
+                 marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")),
+    (["+sampling.temprature=0.5"], ["sampling.temprature"]),
+    (["+faults.foo=1"], ["faults.foo"]),
 ])
 def test_bad_settings_exit_2_naming_the_key_and_write_nothing(tmp_path, args, words):
     proc = speedbench(tmp_path, *FAST, *args)
     refused(proc, *words)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 or (lines[0].endswith("problem(s)):") and len(lines) == 1 + len(words)), proc.stderr  # a line each
     assert wrote_nothing(tmp_path), list((tmp_path / "results").rglob("*"))
     assert not (tmp_path.parent / "escape").exists()
 

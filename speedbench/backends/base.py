@@ -190,6 +190,12 @@ class Backend(ABC):
             engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
         self.target, self.engine, self.seed = target, engine, seed
 
+    @classmethod
+    def preflight(cls, engine: BackendConfig, batch_size: int) -> list[str]:
+        """Problems with these engine settings found without building the engine (no model loads,
+        no server is contacted); the validation pass reports them before anything runs."""
+        return []
+
     def check(self, drafter: DrafterConfig, batch_size: int) -> None:  # noqa: B027 - optional
         """Raise ``ValueError`` naming the option when this engine cannot run ``drafter`` at ``batch_size``."""
 
@@ -224,6 +230,17 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def device_problems(engine: BackendConfig) -> list[str]:
+    """``backend.device`` against this machine (in-process engines)."""
+    from .. import models
+
+    try:
+        models.pick_device(engine.device)
+    except RuntimeError as exc:
+        return [str(exc)]
+    return []
 
 
 BACKENDS: Registry[type[Backend]] = Registry("backend")

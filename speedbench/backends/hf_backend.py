@@ -110,6 +110,14 @@ class HFBackend(Backend):
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self.full_drafts = bool(engine.options.full_drafts)
 
+    @classmethod
+    def preflight(cls, engine, batch_size: int) -> list[str]:
+        from .base import device_problems
+
+        batch = [] if batch_size == 1 else [
+            f"batch_size={batch_size}: backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1)"]
+        return device_problems(engine) + batch
+
     def check(self, drafter, batch_size: int) -> None:
         if drafter.method not in METHODS:
             raise ValueError(f"drafter.method={drafter.method!r} is not supported by backend=hf; supported: {list(METHODS)}")

@@ -88,6 +88,22 @@ class OpenAIBackend(Backend):
 
     asynchronous = True
 
+    @classmethod
+    def preflight(cls, engine, batch_size: int) -> list[str]:
+        opts = dataclasses.asdict(engine.options) if dataclasses.is_dataclass(engine.options) else dict(engine.options)
+        p = []
+        if not opts.get("base_url"):
+            p.append("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
+        if not opts.get("baseline_url"):
+            p.append("backend=openai needs backend.options.baseline_url: a server of the same target without speculation")
+        if opts.get("endpoint") not in ("completions", "chat"):
+            p.append(f"backend.options.endpoint must be completions or chat, got {opts.get('endpoint')!r}")
+        try:
+            deadlines(opts)
+        except ValueError as exc:
+            p.append(str(exc))
+        return p
+
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed

@@ -47,6 +47,14 @@ class TorchBackend(Backend):
         t = self.target
         return models.load_model(path, t.dtype, self.device, t.revision, t.trust_remote_code)
 
+    @classmethod
+    def preflight(cls, engine, batch_size: int) -> list[str]:
+        from .base import device_problems
+        from ..engine.build import IMPLS
+
+        impl = [] if engine.impl in IMPLS else [f"backend.impl must be one of {', '.join(IMPLS)}, got {engine.impl!r}"]
+        return device_problems(engine) + impl
+
     def check(self, drafter, batch_size: int) -> None:
         if drafter.method != "none":
             synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs

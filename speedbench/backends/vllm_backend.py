@@ -125,6 +125,19 @@ class VllmBackend(Backend):
         self.starts: list[dict[str, Any]] = []
         self._per_request_ok = _engine_args_have("per_request_spec_decode_metrics")
 
+    @classmethod
+    def preflight(cls, engine, batch_size: int) -> list[str]:
+        o, p = engine.options, []
+        if str(o.spec_metrics) not in ("auto", "per_request", "counters"):
+            p.append(f"backend.options.spec_metrics must be auto, per_request or counters, got {o.spec_metrics!r}")
+        if not isinstance(o.max_engines, int) or o.max_engines < 1:
+            p.append(f"backend.options.max_engines must be >= 1, got {o.max_engines!r}")
+        if str(o.profile_split).lower() not in ("auto", "true", "false"):
+            p.append(f"backend.options.profile_split must be auto, true or false, got {o.profile_split!r}")
+        if str(o.timers).lower() not in ("auto", "measured", "separate", "false"):
+            p.append(f"backend.options.timers must be auto, measured, separate or false, got {o.timers!r}")
+        return p
+
     # ---- engines -------------------------------------------------------------------------------
     def check(self, drafter, batch_size: int) -> None:
         check_method(drafter, self._supported)

@@ -79,6 +79,8 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
     if skipped:
         log.info("resume: %d of %d cells already finished in %s", skipped, len(keys), store.root)
     if not todo:
+        if store.root.is_dir():
+            runlock.clean_temp(store.root, [])  # temp files an interrupted write left, once they are old
         overall_cells(run, store, [k for k, _ in keys], measured=set())  # only a missing overall row is written
         return []
     runlock.check_writable(store.root)

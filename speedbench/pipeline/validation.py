@@ -133,6 +133,8 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
 
     if backend not in BACKENDS:
         p.append(f"backend.name={backend!r} is not a known backend; known: {BACKENDS.names()}")
+    else:
+        p += BACKENDS.get(backend).preflight(run.backend, run.batch_size)  # engine settings, nothing built
     methods = known_methods(backend)
     if methods is not None and d.method not in methods:
         p.append(f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}")
