@@ -296,9 +296,16 @@ def _silence_stdout() -> None:
         pass
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line (``prog: error: ...``) and exit 2; sub-parsers inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand but ``run`` (which Hydra parses)."""
-    parser = argparse.ArgumentParser(prog="speedbench", description="Benchmark speculative decoding.")
+    parser = OneLineParser(prog="speedbench", description="Benchmark speculative decoding.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("run", help="run a benchmark (Hydra overrides; -m for a sweep; --json FILE)", add_help=False)
     for name, (module, help_text) in SUBCOMMANDS.items():

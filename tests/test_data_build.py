@@ -159,3 +159,15 @@ def test_tokenizer_without_offsets_falls_back_to_decoding():
     tok = SlowLike(shared_bpe_tokenizer())
     record = build_prompt(tok, "1k", "high", 0, seed=0)
     assert count_tokens(tok, record["turns"][0]) == 1000
+
+
+@pytest.mark.parametrize("name", ["random:tiny-target", "builtin:tiny-target"])
+def test_cli_build_with_a_named_tokenizer_keeps_the_needle(name, tmp_path, capsys):
+    """Byte-level tokens make paragraphs long: the needle must still land inside what the cut keeps."""
+    from speedbench import models
+
+    out = tmp_path / "out"
+    assert main_build(["--tokenizer", name, "--sizes", "1k", "--n-per-tier", "2", "--out-dir", str(out)]) == 0
+    records = read(out / "throughput_1k.jsonl")
+    needles = [r for r in records if r["sub_category"] == "needle"]
+    assert needles and all(count_tokens(models.load_tokenizer(name), r["turns"][0]) == 1000 for r in records)

@@ -113,6 +113,9 @@ class VllmBackend(Backend):
         defaults = dict(CPU_DEFAULTS) if self.on_cpu else {"gpu_memory_utilization": round(0.85 / self.max_engines, 3)}
         # the warm-up runs the same prompts first: with prefix caching the measured TTFT would be a cache hit
         defaults["enable_prefix_caching"] = False
+        from ..console import progress_enabled
+
+        defaults["use_tqdm_on_load"] = progress_enabled()  # the weight-loading bar only on a terminal
         if "gpu_memory_utilization" in opts or "kv_cache_memory_bytes" in opts:
             defaults.pop("kv_cache_memory_bytes", None)
             defaults.pop("gpu_memory_utilization", None)

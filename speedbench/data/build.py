@@ -141,15 +141,20 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     from .validate_cmd import load_tokenizer
 
+    from ..console import UsageError
+
     preset = PRESETS[args.preset]
-    paths = build_throughput(
-        load_tokenizer(args.tokenizer),
-        sizes=tuple(args.sizes or preset["sizes"]),
-        n_per_tier=args.n_per_tier if args.n_per_tier is not None else preset["n_per_tier"],
-        seed=args.seed,
-        out_dir=args.out_dir,
-        length_mode=args.length_mode,
-    )
+    try:
+        paths = build_throughput(
+            load_tokenizer(args.tokenizer),
+            sizes=tuple(args.sizes or preset["sizes"]),
+            n_per_tier=args.n_per_tier if args.n_per_tier is not None else preset["n_per_tier"],
+            seed=args.seed,
+            out_dir=args.out_dir,
+            length_mode=args.length_mode,
+        )
+    except ValueError as exc:  # a size or a tokenizer the builder cannot fit (LengthFitError, NotEnoughFiller, ...)
+        raise UsageError(f"data build: {exc}") from None
     for path in paths:
         print(f"wrote {path}")
     return 0

@@ -120,15 +120,19 @@ def needle(ctx: TaskContext) -> PromptParts:
     first, second = ctx.rng.sample(banks.NEEDLE_WORDS, 2)
     code = f"{first}-{second}-{ctx.rng.randrange(10, 100)}"
     fact = banks.NEEDLE_FACT.format(place=place, code=code)
+    head, question = "Read the passages below.\n\n", banks.NEEDLE_QUESTION.format(place=place)
     depth = ctx.rng.uniform(0.1, 0.8)
     ends = token_end_offsets(ctx.tokenizer, body) or []
     at = ends[min(len(ends) - 1, int(depth * ctx.keep))] if ends else int(depth * len(body) * ctx.keep / max(ctx.need, 1))
     before, after = body.rfind("\n\n", 0, at), body.find("\n\n", at)
-    candidates = [c + 2 for c in (before, after) if c >= 0] or [0]
+    # a paragraph break that the cut keeps together with the fact after it (with long paragraphs,
+    # e.g. byte tokens, the next break can lie past what the cut keeps); none: the token boundary itself
+    room = ctx.keep - sum(count_tokens(ctx.tokenizer, t) for t in (head, question, fact)) - 8
+    limit = ends[min(len(ends) - 1, max(room, 0))] if ends else len(body)
+    candidates = [c + 2 for c in (before, after) if c >= 0 and c + 2 <= limit] or [min(at, limit)]
     cut = min(candidates, key=lambda c: abs(c - at))
     body = body[:cut] + fact + "\n\n" + body[cut:]
-    question = banks.NEEDLE_QUESTION.format(place=place)
-    return PromptParts("Read the passages below.\n\n", body, question, sources, must_contain=fact)
+    return PromptParts(head, body, question, sources, must_contain=fact)
 
 
 def exam(ctx: TaskContext) -> PromptParts:
