@@ -41,6 +41,9 @@ def format_table(cells: pd.DataFrame) -> str:
             "-" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.3g}, {hi:.3g}]"
             for lo, hi in zip(cells["speedup_ci_low"], cells["speedup_ci_high"])
         ])
+    if "batch_size_run" in cells.columns and "batch_size" in cells.columns:  # B as asked, and as run where smaller
+        cells = cells.assign(batch_size=[
+            f"{b} (ran {r})" if _smaller(r, b) else b for b, r in zip(cells["batch_size"], cells["batch_size_run"])])
     frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
 
     def fmt(v):
@@ -51,6 +54,13 @@ def format_table(cells: pd.DataFrame) -> str:
         return v
 
     return align(frame.apply(lambda col: col.map(fmt)), text=[label for c, label in COLUMNS if c in TEXT_COLUMNS])
+
+
+def _smaller(ran, asked) -> bool:
+    try:
+        return 0 < int(ran) < int(asked)
+    except (TypeError, ValueError):
+        return False
 
 
 TEXT_COLUMNS = {"category", "drafter", "method", "status"}
