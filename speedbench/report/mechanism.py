@@ -89,7 +89,10 @@ def _mean_lists(lists) -> list[float]:
     arr = np.full((len(lists), width), np.nan)
     for i, x in enumerate(lists):
         arr[i, : len(x)] = [v if v is not None else np.nan for v in x]
-    with np.errstate(all="ignore"):
+    import warnings
+
+    with warnings.catch_warnings():  # a position no cell reached: NaN ("Mean of empty slice" is a warning, not an errstate)
+        warnings.simplefilter("ignore", RuntimeWarning)
         return [float(v) if not np.isnan(v) else math.nan for v in np.nanmean(arr, axis=0)]
 
 
