@@ -61,7 +61,7 @@ def validate_rows(
             n = sum(count_tokens(tokenizer, turn) for turn in row.record["turns"])
             if n > max_prompt_tokens:
                 issues.append(
-                    Issue(row.path, row.line, field_label("turns"), f"prompt has {n} tokens, over the limit of {max_prompt_tokens} (the model's context)")
+                    Issue(row.path, row.line, field_label("turns"), f"prompt has {n} tokens, over the prompt-token limit of {max_prompt_tokens}")
                 )
     return issues
 
