@@ -125,7 +125,7 @@ def test_builtin_and_random_tokenizers_everywhere(tmp_path):
         proc = cli(tmp_path, "data", "validate", "smoke.jsonl", "--tokenizer", tok, "--max-prompt-tokens", "4096")
         assert proc.returncode == 0 and "OK (11 records)" in proc.stdout, proc.stderr[-2000:]
     proc = cli(tmp_path, "data", "validate", "smoke.jsonl", "--tokenizer", "random:tiny-target", "--max-prompt-tokens", "3")
-    assert proc.returncode == 1 and "over the limit of 3" in proc.stdout
+    assert proc.returncode == 1 and "over the prompt-token limit of 3" in proc.stdout
 
 
 def test_plan_into_a_closed_pipe_is_not_a_traceback(tmp_path):
