@@ -1,4 +1,4 @@
-"""Engines behind one interface; see ``base.Backend``."""
-from .base import BACKENDS, Backend, GenerateOutput, GenerateSpec
+"""Engines behind one interface; see ``base.Backend`` (and ``base.BACKENDS``, the registry).
 
-__all__ = ["BACKENDS", "Backend", "GenerateOutput", "GenerateSpec"]
+Nothing is imported here, so that reading an engine's option schema (``backends.options``)
+does not load the engine interface, and the package has no import cycle."""
