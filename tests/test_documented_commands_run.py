@@ -39,7 +39,7 @@ NOT_RUN_OTHER = {
     "--preset full": "builds 32k-token prompts by the thousand",
     "--sizes 8k": "96 prompts of 8k tokens",
     "/shared/": "a cluster path",
-    "/tmp/slowed": "the folder its recipe's previous step makes (tests/test_gate_regressions.py runs that recipe)",
+    "/tmp/slowed": "the folder its recipe's previous step makes (tests/test_gate_regressions.py gates a slowed run against the baseline)",
     "my.jsonl": "the user's own file",
     "question.jsonl": "Spec-Bench's question file (tests/test_data_loaders.py reads the real format)",
 }
