@@ -75,7 +75,31 @@ def split_run_argv(argv: list[str]) -> tuple[list[str], dict]:
     return options + overrides, own
 
 
+_LAST_ERROR: list[str] = []  # the message of this invocation's refusal, for --json
+_REPORTED: list[bool] = [False]
+
+
+def _refuse(text: str) -> None:
+    """Print why ``speedbench run`` refused (one line per problem) and keep it for ``--json``."""
+    print(text, file=sys.stderr)
+    _LAST_ERROR[:] = [text.split(": ", 1)[1] if ": " in text else text]
+
+
 def run_app(argv: list[str]) -> int:
+    """``speedbench run``; with ``--json FILE`` a refused run (exit 2) still writes its summary there."""
+    from . import run_output
+
+    _LAST_ERROR.clear()
+    _REPORTED[0] = False
+    code = _run_app(argv)
+    if code == 2 and not _REPORTED[0]:
+        _, own = split_run_argv(argv)
+        if own["json"]:
+            run_output.refused(own["json"], _LAST_ERROR[-1] if _LAST_ERROR else "refused before anything ran")
+    return code
+
+
+def _run_app(argv: list[str]) -> int:
     """Compose conf/ with the overrides in argv and run every cell (Hydra; ``-m`` for sweeps)."""
     import hydra
 
@@ -102,7 +126,7 @@ def run_app(argv: list[str]) -> int:
                 for one in value.split(",") if "-m" in argv or "--multirun" in argv else [value]:
                     check_run_id(one)
             except ConfigError as exc:
-                print(f"speedbench: {exc}", file=sys.stderr)
+                _refuse(f"speedbench: {exc}")
                 return 2
     register_configs()
     register_resolver()
@@ -139,13 +163,13 @@ def run_app(argv: list[str]) -> int:
                 cells = runner.run_cells(run, progress=True)
             except (ConfigError, DatasetError, OmegaConfBaseException) as exc:  # every problem, named
                 text = omegaconf_line(exc) if isinstance(exc, OmegaConfBaseException) else str(exc)
-                print(f"speedbench run: {redact.redact_text(text)}", file=sys.stderr)
+                _refuse(f"speedbench run: {redact.redact_text(text)}")
                 status["code"] = 2
                 if fresh:
                     _discard_hydra_output(root)
                 return
             except (ValueError, UsageError, FileNotFoundError) as exc:  # cross-field checks, a backend refusing its options
-                print(f"speedbench run: {redact.redact_text(error_line(exc))}", file=sys.stderr)
+                _refuse(f"speedbench run: {redact.redact_text(error_line(exc))}")
                 status["code"] = 2
                 if fresh and not (root / "cells").exists():
                     _discard_hydra_output(root)
@@ -173,14 +197,14 @@ def run_app(argv: list[str]) -> int:
         return 0
     except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
         sys.stderr = gate.real
-        print(f"speedbench run: {redact.redact_text(str(exc.error))}", file=sys.stderr)
+        _refuse(f"speedbench run: {redact.redact_text(str(exc.error))}")
         return 2
     except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
         if exc.code not in (0, None):
             if not status["started"]:
                 held = gate.take()
                 sys.stderr = gate.real
-                print(f"speedbench run: {redact.redact_text(_hydra_error_line(held))}", file=sys.stderr)
+                _refuse(f"speedbench run: {redact.redact_text(_hydra_error_line(held))}")
                 return 2
             return int(exc.code) if isinstance(exc.code, int) else 1
         if not status["started"]:
@@ -194,15 +218,14 @@ def run_app(argv: list[str]) -> int:
         while cause is not None and not isinstance(cause, ConfigError):
             cause = cause.__cause__ or cause.__context__
         text = str(cause) if cause is not None else (_hydra_error_line(held) if held.strip() else error_line(exc))
-        print(f"speedbench run: {redact.redact_text(text)}", file=sys.stderr)
+        _refuse(f"speedbench run: {redact.redact_text(text)}")
         return 2
     except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
         if status["started"]:
             raise
         held = gate.take()
         sys.stderr = gate.real
-        print(f"speedbench run: {redact.redact_text(error_line(exc) if not held.strip() else _hydra_error_line(held))}",
-              file=sys.stderr)
+        _refuse(f"speedbench run: {redact.redact_text(error_line(exc) if not held.strip() else _hydra_error_line(held))}")
         return 2
     finally:
         release_stderr()
@@ -221,6 +244,7 @@ def run_app(argv: list[str]) -> int:
     message = verdict.message() if verdict is not None else status.get("verdict")
     ok = verdict.ok if verdict is not None else code == 0
     run_output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=own["json"], wandb_dir=status["wandb_dir"])
+    _REPORTED[0] = True
     return code
 
 

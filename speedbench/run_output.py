@@ -51,6 +51,17 @@ def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
     }
 
 
+def refused(json_path: str, error: str) -> None:
+    """``--json`` of a run refused before anything ran (exit 2): the reason, no results."""
+    data = {"results": None, "run_id": None, "exit_code": 2, "verdict": None, "error": error, "n_cells": 0,
+            "n_failed": 0, "synthetic": False, "cells": []}
+    text = json.dumps(data, indent=2) + "\n"
+    if json_path == "-":
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(Path(json_path), text)
+
+
 def point_latest(root: Path) -> Path | None:
     """Make ``<results_dir>/latest`` name ``root``; returns the pointer's path."""
     parent = root.parent

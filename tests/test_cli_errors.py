@@ -181,3 +181,14 @@ def test_wandb_offline_runs_are_pointed_at(tmp_path):
     where = tmp_path / "wb" / "wandb"
     assert f"W&B offline runs: {where}" in proc.stdout
     assert list(where.glob("offline-run-*")), list(where.iterdir())
+
+
+def test_a_refused_run_still_writes_its_json(tmp_path):
+    """Scripts read --json whatever happened: a run refused before anything ran says why, exit 2."""
+    line = one_line_error(cli(tmp_path, "run", "sampling.temperature=-1", "--json", "out.json", f"results_dir={tmp_path / 'r'}"))
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["exit_code"] == 2 and data["cells"] == [] and data["results"] is None
+    assert data["error"] in line and "sampling.temperature" in data["error"]
+    proc = cli(tmp_path, "run", "dataset=nope", "--json", "-")
+    assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2  # stdout: the JSON alone
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*"))  # nothing written
