@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -79,10 +80,13 @@ _LAST_ERROR: list[str] = []  # the message of this invocation's refusal, for --j
 _REPORTED: list[bool] = [False]
 
 
-def _refuse(text: str) -> None:
-    """Print why ``speedbench run`` refused (one line per problem) and keep it for ``--json``."""
-    print(text, file=sys.stderr)
-    _LAST_ERROR[:] = [text.split(": ", 1)[1] if ": " in text else text]
+def _refuse(message: str, prefix: str = "speedbench run") -> None:
+    """Print why ``speedbench run`` refused (redacted; one line per problem) and keep it for ``--json``."""
+    from .redact import redact_text
+
+    message = redact_text(message)
+    print(f"{prefix}: {message}", file=sys.stderr)
+    _LAST_ERROR[:] = [message]
 
 
 def run_app(argv: list[str]) -> int:
@@ -91,16 +95,16 @@ def run_app(argv: list[str]) -> int:
 
     _LAST_ERROR.clear()
     _REPORTED[0] = False
-    code = _run_app(argv)
-    if code == 2 and not _REPORTED[0]:
-        _, own = split_run_argv(argv)
-        if own["json"]:
-            run_output.refused(own["json"], _LAST_ERROR[-1] if _LAST_ERROR else "refused before anything ran")
+    argv, own = split_run_argv(argv)
+    code = _run_app(argv, own)
+    if code == 2 and not _REPORTED[0] and own["json"]:
+        run_output.refused(own["json"], _LAST_ERROR[-1] if _LAST_ERROR else "refused before anything ran")
     return code
 
 
-def _run_app(argv: list[str]) -> int:
-    """Compose conf/ with the overrides in argv and run every cell (Hydra; ``-m`` for sweeps)."""
+def _run_app(argv: list[str], own: dict) -> int:
+    """Compose conf/ with the overrides in argv (speedbench's own options already taken out, in
+    ``own``) and run every cell (Hydra; ``-m`` for sweeps)."""
     import hydra
 
     from omegaconf import OmegaConf
@@ -114,7 +118,6 @@ def _run_app(argv: list[str]) -> int:
 
     if not CONF_DIR.is_dir():
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
-    argv, own = split_run_argv(argv)
     from . import run_output
     from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
     from .pipeline.sweeps import SweepChecked, SweepRefused
@@ -126,7 +129,7 @@ def _run_app(argv: list[str]) -> int:
                 for one in value.split(",") if "-m" in argv or "--multirun" in argv else [value]:
                     check_run_id(one)
             except ConfigError as exc:
-                _refuse(f"speedbench: {exc}")
+                _refuse(str(exc), prefix="speedbench")
                 return 2
     register_configs()
     register_resolver()
@@ -163,13 +166,13 @@ def _run_app(argv: list[str]) -> int:
                 cells = runner.run_cells(run, progress=True)
             except (ConfigError, DatasetError, OmegaConfBaseException) as exc:  # every problem, named
                 text = omegaconf_line(exc) if isinstance(exc, OmegaConfBaseException) else str(exc)
-                _refuse(f"speedbench run: {redact.redact_text(text)}")
+                _refuse(text)
                 status["code"] = 2
                 if fresh:
                     _discard_hydra_output(root)
                 return
             except (ValueError, UsageError, FileNotFoundError) as exc:  # cross-field checks, a backend refusing its options
-                _refuse(f"speedbench run: {redact.redact_text(error_line(exc))}")
+                _refuse(error_line(exc))
                 status["code"] = 2
                 if fresh and not (root / "cells").exists():
                     _discard_hydra_output(root)
@@ -185,8 +188,6 @@ def _run_app(argv: list[str]) -> int:
 
     sys.argv = ["speedbench run", *argv]
     gate = hold_stderr()
-    import os
-
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what went wrong; the branches below make it one line
     try:
@@ -197,14 +198,14 @@ def _run_app(argv: list[str]) -> int:
         return 0
     except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
         sys.stderr = gate.real
-        _refuse(f"speedbench run: {redact.redact_text(str(exc.error))}")
+        _refuse(str(exc.error))
         return 2
     except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
         if exc.code not in (0, None):
             if not status["started"]:
                 held = gate.take()
                 sys.stderr = gate.real
-                _refuse(f"speedbench run: {redact.redact_text(_hydra_error_line(held))}")
+                _refuse(_hydra_error_line(held))
                 return 2
             return int(exc.code) if isinstance(exc.code, int) else 1
         if not status["started"]:
@@ -218,14 +219,14 @@ def _run_app(argv: list[str]) -> int:
         while cause is not None and not isinstance(cause, ConfigError):
             cause = cause.__cause__ or cause.__context__
         text = str(cause) if cause is not None else (_hydra_error_line(held) if held.strip() else error_line(exc))
-        _refuse(f"speedbench run: {redact.redact_text(text)}")
+        _refuse(text)
         return 2
     except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
         if status["started"]:
             raise
         held = gate.take()
         sys.stderr = gate.real
-        _refuse(f"speedbench run: {redact.redact_text(error_line(exc) if not held.strip() else _hydra_error_line(held))}")
+        _refuse(error_line(exc) if not held.strip() else _hydra_error_line(held))
         return 2
     finally:
         release_stderr()

@@ -49,11 +49,12 @@ class SweepGate(Callback):
         from .config import ConfigError
         from .console import release_stderr
 
-        problems = check_jobs(config)
+        jobs = job_overrides(config)
+        problems = check_jobs(config, jobs)
         if problems:
             raise SweepRefused(ConfigError(problems))
         if _CHECK_ONLY[0]:
-            raise SweepChecked(len(job_overrides(config)))
+            raise SweepChecked(len(jobs))
         release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 

@@ -538,6 +538,11 @@ def _matrix(values: dict) -> np.ndarray:
     return out
 
 
+def _or_zero(x: float) -> float:
+    """A phase the engine did not time (NaN) costs nothing extra in the prediction."""
+    return 0.0 if math.isnan(x) else x
+
+
 def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[StepRecord]) -> np.ndarray:
     """Per (request, repeat): T_verif(B) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D)) from that pair's steps
     (each verification with its acceptance step, ``predicted_speedup``)."""
@@ -554,12 +559,9 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
         if math.isnan(vb) or math.isnan(vs):
             continue
 
-        def or_zero(x: float) -> float:  # a phase the engine did not time costs nothing extra
-            return 0.0 if math.isnan(x) else x
-
-        values[key] = predicted_speedup(vb, vs, or_zero(_mean([s.t_draft for s in gs[key]])), tokens_per_step(gs[key]),
-                                        or_zero(_mean([s.t_accept for s in gb[key]])),
-                                        or_zero(_mean([s.t_accept for s in gs[key]])))
+        values[key] = predicted_speedup(vb, vs, _or_zero(_mean([s.t_draft for s in gs[key]])), tokens_per_step(gs[key]),
+                                        _or_zero(_mean([s.t_accept for s in gb[key]])),
+                                        _or_zero(_mean([s.t_accept for s in gs[key]])))
     return _matrix(values) if values else np.empty((0, 0))
 
 

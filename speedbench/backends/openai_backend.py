@@ -83,6 +83,23 @@ def check_complete(res: StreamResult, n_tokens: int, exact: bool, spec: Generate
         raise RuntimeError(f"inconsistent response: {known} tokens with {why}, expected max_tokens={limit}")
 
 
+BASELINE_URL_MISSING = "backend=openai needs backend.options.baseline_url: a server of the same target without speculation"
+
+
+def _server_problems(opts: dict[str, Any]) -> list[str]:
+    """The speculative server's URL, endpoint and deadlines in ``backend.options``."""
+    p = []
+    if not opts.get("base_url"):
+        p.append("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
+    if opts.get("endpoint") not in ("completions", "chat"):
+        p.append(f"backend.options.endpoint must be completions or chat, got {opts.get('endpoint')!r}")
+    try:
+        deadlines(opts)
+    except ValueError as exc:
+        p.append(str(exc))
+    return p
+
+
 class OpenAIBackend(Backend):
     name = "openai"
 
@@ -91,34 +108,25 @@ class OpenAIBackend(Backend):
     @classmethod
     def preflight(cls, engine, batch_size: int) -> list[str]:
         opts = dataclasses.asdict(engine.options) if dataclasses.is_dataclass(engine.options) else dict(engine.options)
-        p = []
-        if not opts.get("base_url"):
-            p.append("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
+        p = _server_problems(opts)
         if not opts.get("baseline_url"):
-            p.append("backend=openai needs backend.options.baseline_url: a server of the same target without speculation")
-        if opts.get("endpoint") not in ("completions", "chat"):
-            p.append(f"backend.options.endpoint must be completions or chat, got {opts.get('endpoint')!r}")
-        try:
-            deadlines(opts)
-        except ValueError as exc:
-            p.append(str(exc))
+            p.append(BASELINE_URL_MISSING)
         return p
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed
         self.opts = dataclasses.asdict(engine.options)
-        if not self.opts["base_url"]:
-            raise ValueError("backend=openai needs backend.options.base_url (the speculative server, e.g. http://127.0.0.1:8000/v1)")
-        if self.opts["endpoint"] not in ("completions", "chat"):
-            raise ValueError(f"backend.options.endpoint must be completions or chat, got {self.opts['endpoint']!r}")
+        problems = _server_problems(self.opts)  # baseline_url is checked per pass (check)
+        if problems:
+            raise ValueError(problems[0])
         self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
 
     def check(self, drafter, batch_size: int) -> None:
         if not self.opts["baseline_url"]:
-            raise ValueError("backend=openai needs backend.options.baseline_url: a server of the same target without speculation")
+            raise ValueError(BASELINE_URL_MISSING)
         if self.opts["baseline_url"].rstrip("/") == self.opts["base_url"].rstrip("/") and drafter.method != "none":
             raise ValueError("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
 

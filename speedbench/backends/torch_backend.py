@@ -50,10 +50,12 @@ class TorchBackend(Backend):
     @classmethod
     def preflight(cls, engine, batch_size: int) -> list[str]:
         from .base import device_problems
-        from ..engine.build import IMPLS
 
-        impl = [] if engine.impl in IMPLS else [f"backend.impl must be one of {', '.join(IMPLS)}, got {engine.impl!r}"]
-        return device_problems(engine) + impl
+        try:
+            LMBuilder(engine.impl)  # refuses an unknown impl, naming the choices
+        except ValueError as exc:
+            return [*device_problems(engine), str(exc)]
+        return device_problems(engine)
 
     def check(self, drafter, batch_size: int) -> None:
         if drafter.method != "none":

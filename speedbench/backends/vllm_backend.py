@@ -85,17 +85,12 @@ class VllmBackend(Backend):
         self.max_engines, self.max_num_seqs, self.spec_metrics = int(o.max_engines), int(o.max_num_seqs), str(o.spec_metrics)
         profile = str(o.profile_split).lower()
         opts = dict(o.engine_args)
-        if self.spec_metrics not in ("auto", "per_request", "counters"):
-            raise ValueError(f"backend.options.spec_metrics must be auto, per_request or counters, got {self.spec_metrics!r}")
-        if self.max_engines < 1:
-            raise ValueError(f"backend.options.max_engines must be >= 1, got {self.max_engines}")
+        problems = self.preflight(engine, 1)  # the option values, as the validation pass checked them
+        if problems:
+            raise ValueError(problems[0])
         self.on_cpu = current_platform.is_cpu()
-        if profile not in ("auto", "true", "false"):
-            raise ValueError(f"backend.options.profile_split must be auto, true or false, got {profile!r}")
         # host-side scope times are compute times on CPU only (CUDA kernels run asynchronously)
         timers = str(o.timers).lower()
-        if timers not in ("auto", "measured", "separate", "false"):
-            raise ValueError(f"backend.options.timers must be auto, measured, separate or false, got {timers!r}")
         # CPU: the sync is a no-op, so the timers run in the measured passes; CUDA: the synced
         # timers remove vLLM's CPU/GPU overlap, so they run in one extra pass per call
         self.timers = ("measured" if self.on_cpu else "separate") if timers == "auto" else timers

@@ -53,8 +53,8 @@ def job_overrides(config: Any) -> list[list[str]]:
     return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def check_jobs(config: Any) -> list[str]:
-    """Every problem of every job of the multirun ``config`` (empty: all jobs may start).
+def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
+    """Every problem of every job (``job_overrides(config)``) of the multirun ``config`` (empty: all may start).
 
     Each job is composed as the launcher composes it (the sweep's resolved values, such as
     ``run_id``, carried over) and goes through ``to_run_config`` and ``validation.prepare``:
@@ -64,13 +64,13 @@ def check_jobs(config: Any) -> list[str]:
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..config import to_run_config
+    from ..config import omegaconf_line, to_run_config
+    from ..console import error_line
     from ..data.errors import DatasetError
     from . import validation
 
     loader = GlobalHydra.instance().hydra.config_loader
     problems: list[str] = []
-    jobs = job_overrides(config)
     for number, overrides in enumerate(jobs):
         try:
             job = loader.load_sweep_config(config, list(overrides))
@@ -80,8 +80,10 @@ def check_jobs(config: Any) -> list[str]:
             validation.prepare(to_run_config(job))
         except validation.ConfigError as exc:
             found = exc.problems
-        except (DatasetError, OmegaConfBaseException, ValueError, FileNotFoundError) as exc:
-            found = [str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__]
+        except OmegaConfBaseException as exc:
+            found = [omegaconf_line(exc)]
+        except (DatasetError, ValueError, FileNotFoundError) as exc:
+            found = [error_line(exc)]
         else:
             continue
         label = f"job #{number} ({' '.join(overrides)})" if len(jobs) > 1 else f"job #{number}"
