@@ -98,7 +98,7 @@ def summarize(
     values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus,
                                   protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
     tps = values.pop("tokens_per_step")
-    values |= timing_columns(base, spec, values)
+    values |= timing_columns(base, spec, values, tps)
     return CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),
@@ -128,7 +128,7 @@ def overall_key(run: RunConfig, context_bucket: str) -> CellKey:
     return CellKey(**{**asdict(key), "cell_id": stable_hash(ident)})
 
 
-def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict) -> dict:
+def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict, tokens_per_step: float) -> dict:
     """``timing_source``, ``split_error``, ``synthetic_al``; a separate timed pass fills the split columns.
 
     The engine's pass notes say how the split was measured (``extra.timing_source``); an engine
@@ -148,8 +148,8 @@ def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict) -> 
             out |= {"t_draft_ms": split["draft"], "t_verify_ms": split["verify"], "t_accept_ms": split["accept"],
                     "t_other_ms": split["other"], "t_verify_ms_baseline": base_split.get("verify", NAN)}
             out["speedup_predicted"] = metrics.predicted_speedup(
-                out["t_verify_ms_baseline"], split["verify"], split["draft"], values.get("tokens_per_step", NAN),
-                base_split.get("accept", 0.0), split["accept"]) if "tokens_per_step" in values else NAN
+                out["t_verify_ms_baseline"], split["verify"], split["draft"], tokens_per_step,
+                base_split.get("accept", 0.0), split["accept"])
     syn = spec.extra.get("synthetic_al")
     out["synthetic_al"] = float(syn) if syn is not None else NAN
     return out
