@@ -16,7 +16,6 @@ accepting that with ``allow_nothing_gated: true`` in the gate config or ``--allo
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import yaml
 from . import stats as gate_stats
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
+from ..results.store import ResultsReadError, read_cell_file
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED = 0, 1, 2, 3, 4
 GATE_CONF_DIR = gate_conf_dir()  # conf/gate/ of a checkout, speedbench/conf/gate of a wheel
@@ -187,11 +187,9 @@ def read_cells(root: Path, metrics) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for path in sorted((Path(root) / "cells").glob("*.json")):
         try:
-            row = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise GateInputError(f"{path}: unreadable cell file ({type(exc).__name__}: {exc})") from exc
-        if not isinstance(row, dict):
-            raise GateInputError(f"{path}: a cell file must hold one JSON object, got {type(row).__name__}")
+            row = read_cell_file(path)
+        except ResultsReadError as exc:
+            raise GateInputError(str(exc)) from exc
         missing = [k for k in (*CELL_KEYS, *metrics) if k not in row]
         if missing:
             raise GateInputError(f"{path}: not a cell row, missing {missing}")

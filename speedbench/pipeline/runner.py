@@ -19,7 +19,7 @@ from ..config import DrafterConfig, RunConfig
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
-from ..results.store import ResultsStore
+from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
 from .validation import dataset_spec  # noqa: F401 - the runner's public helper
 from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
@@ -72,6 +72,7 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
     prepared = validation.prepare(run) if prepared is None else prepared
     requests = prepared.requests
     store = ResultsStore(runlock.run_folder(run.results_dir, run.run_id))
+    store.cell_rows()  # a corrupt cell file already there is named before anything runs (ResultsReadError)
     groups = group_requests(requests, run.per_category)
     keys = [(CellKey.for_run(run, cat, bucket), reqs) for (cat, bucket), reqs in groups.items()]
     todo = [(k, r) for k, r in keys if not (run.resume and store.finished(k.cell_id))]
@@ -218,6 +219,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
+        except (ResultsWriteError, ResultsReadError):  # the folder takes no files (disk full), or the table
+            raise  # cannot be rebuilt (a corrupt cell file): the cells written stay as they are; stop, named
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
             cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run, reqs, prepared)
