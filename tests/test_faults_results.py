@@ -126,3 +126,70 @@ def test_report_into_a_folder_that_takes_no_files_says_so_and_names_out(done, tm
             folder.chmod(0o755)
     assert main(["report", str(folder), "--no-plots", "--out", str(tmp_path / "elsewhere")]) == 0
     assert (tmp_path / "elsewhere" / "report.md").is_file()
+
+
+def _prompt_run(results: Path, prompts: Path, run_id: str):
+    from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
+
+    return RunConfig(target=ModelConfig(name="tiny", path="random:tiny-target"), drafter=make_drafter("ngram", 2),
+                     dataset=DatasetConfig(name="prompts", path=str(prompts)), backend=BackendConfig(name="synthetic"),
+                     sampling=SamplingConfig(), batch_size=1, max_new_tokens=8, results_dir=str(results), run_id=run_id,
+                     warmup_batches=0)
+
+
+def _write_prompts(path: Path, text: str) -> Path:
+    path.write_text("".join(json.dumps({"question_id": f"{cat}-{i}", "category": cat, "turns": [f"{text} {cat} {i}"]}) + "\n"
+                            for cat in ("coding", "math") for i in range(2)))
+    return path
+
+
+def test_a_prompt_file_edited_in_place_gives_new_cells_and_the_gate_says_prompts_differ(tmp_path, capsys, caplog):
+    from speedbench.pipeline import runner
+
+    results, prompts = tmp_path / "results", _write_prompts(tmp_path / "p.jsonl", "Write a function")
+    first = runner.run_cells(_prompt_run(results, prompts, "r"), progress=False)
+    assert len(first) == 2 and all(c.prompts_digest and c.setting_id for c in first)
+    shutil.copytree(results / "r", tmp_path / "baseline")
+    _write_prompts(prompts, "Prove a theorem")  # same path, same ids, new text
+    import logging
+
+    logging.getLogger(runner.__name__).disabled = False  # a Hydra run in this process may have disabled it
+    with caplog.at_level(logging.WARNING, logger=runner.__name__):
+        second = runner.run_cells(_prompt_run(results, prompts, "r"), progress=False)  # resume=True by default
+    assert {c.cell_id for c in second}.isdisjoint({c.cell_id for c in first})  # not reused
+    assert [c.setting_id for c in second] == [c.setting_id for c in first]
+    assert all(a.prompts_digest != b.prompts_digest for a, b in zip(first, second))
+    assert "measured these settings on other prompts" in caplog.text
+    capsys.readouterr()
+    code = main(["gate", "--baseline", str(tmp_path / "baseline"), "--current", str(results / "r"), "--config", "ci"])
+    out = capsys.readouterr().out
+    assert code == 3, out
+    assert "prompts differ in 2 cell(s)" in out and "REGRESSED" not in out and "FAIL" not in out
+    for a, b in zip(first, second):
+        assert f"{a.cell_id} -> {b.cell_id}" in out  # the cells, named
+
+
+def test_a_folder_written_before_the_digest_still_loads_and_gates(tmp_path, capsys):
+    """Older folders: cell_id is the settings' hash, no setting_id or prompts_digest: matched, compared."""
+    from speedbench.pipeline import runner
+
+    results, prompts = tmp_path / "results", _write_prompts(tmp_path / "p.jsonl", "Write a function")
+    runner.run_cells(_prompt_run(results, prompts, "new"), progress=False)
+    old = tmp_path / "old"
+    shutil.copytree(results / "new", old)
+    for path in sorted((old / "cells").glob("*.json")):
+        row = json.loads(path.read_text())
+        if row.get("derived"):
+            path.unlink()
+            continue
+        setting = row.pop("setting_id")
+        row.pop("prompts_digest")
+        for part in ("requests", "steps"):
+            (old / part / f"{row['cell_id']}.parquet").rename(old / part / f"{setting}.parquet")
+        path.unlink()
+        (old / "cells" / f"{setting}.json").write_text(json.dumps({**row, "cell_id": setting}))
+    assert main(["report", str(old), "--no-plots"]) == 0
+    capsys.readouterr()
+    code = main(["gate", "--baseline", str(old), "--current", str(results / "new"), "--config", "ci"])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out and "prompts differ" not in out.lower(), out

@@ -62,6 +62,25 @@ def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
     return time.perf_counter() - t0
 
 
+def cell_keys(run: RunConfig, requests: list[Request]) -> list[tuple[CellKey, list[Request]]]:
+    """Each cell of ``run`` with the requests it measures (its id carries their digest)."""
+    groups = group_requests(requests, run.per_category)
+    return [(CellKey.for_run(run, cat, bucket, reqs), reqs) for (cat, bucket), reqs in groups.items()]
+
+
+def _warn_other_prompts(store: ResultsStore, rows: list[dict], keys: list[CellKey]) -> None:
+    """Cells already in the folder with these settings but other prompts (a prompt file edited in place,
+    or a folder written before the digest): kept as they are, not reused; say so."""
+    ours = {k.cell_id for k in keys}
+    settings = {k.setting_id for k in keys}
+    other = sorted(r["cell_id"] for r in rows if not r.get("derived") and r.get("cell_id") not in ours
+                   and (r.get("setting_id") or r.get("cell_id")) in settings)
+    if other:
+        log.warning("%d cell(s) in %s measured these settings on other prompts (prompt text changed, or written "
+                    "before cells carried a prompt digest); not reused, left as they are: %s",
+                    len(other), store.root, ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
+
+
 def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepared | None" = None) -> list[CellResult]:
     """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows.
 
@@ -72,9 +91,9 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
     prepared = validation.prepare(run) if prepared is None else prepared
     requests = prepared.requests
     store = ResultsStore(runlock.run_folder(run.results_dir, run.run_id))
-    store.cell_rows()  # a corrupt cell file already there is named before anything runs (ResultsReadError)
-    groups = group_requests(requests, run.per_category)
-    keys = [(CellKey.for_run(run, cat, bucket), reqs) for (cat, bucket), reqs in groups.items()]
+    rows = store.cell_rows()  # a corrupt cell file already there is named before anything runs (ResultsReadError)
+    keys = cell_keys(run, requests)
+    _warn_other_prompts(store, rows, [k for k, _ in keys])
     todo = [(k, r) for k, r in keys if not (run.resume and store.finished(k.cell_id))]
     skipped = len(keys) - len(todo)
     if skipped:
@@ -139,7 +158,7 @@ def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], meas
     for bucket, parts in buckets.items():
         if len(parts) < 2 or not all(store.finished(k.cell_id) for k in parts):
             continue
-        if store.finished(overall_key(run, bucket).cell_id) and not measured & {k.cell_id for k in parts}:
+        if store.finished(overall_key(run, bucket, parts).cell_id) and not measured & {k.cell_id for k in parts}:
             continue
         try:
             cell = _overall_cell(run, store, bucket, parts)
@@ -158,7 +177,7 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
         return None
     merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     part_cells = [store.cell(k.cell_id) for k in parts]
-    key = overall_key(run, bucket)
+    key = overall_key(run, bucket, parts)
     info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
     cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
                      info_device, n_gpus, run.protocol, run.acceptance)

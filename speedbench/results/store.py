@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from ..records import STATUS_OK, CellResult, field_names, to_row
-from ..redact import redact
+from ..redact import REDACTED, redact
 
 CELL_COLUMNS = field_names(CellResult)
 NUMERIC_COLUMNS = tuple(f.name for f in fields(CellResult) if f.type == "float")
@@ -59,7 +59,9 @@ def read_cell_file(path: Path) -> dict[str, Any]:
         raise ResultsReadError(f"{path}: a cell file must hold one JSON object, got {type(row).__name__}")
     for key in NUMERIC_COLUMNS:
         value = row.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if value == REDACTED:  # a measurement an older redaction rule hid by its name (token_match_rate): unknown
+            row[key] = None
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ResultsReadError(f"{path}: {key} must be a number, got {value!r}")
     return row
 
