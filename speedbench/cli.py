@@ -142,6 +142,7 @@ def _run_app(argv: list[str], own: dict) -> int:
     def app(cfg) -> None:
         from .data.errors import DatasetError
         from .pipeline import runner, validation
+        from .results.store import ResultsReadError, ResultsWriteError
 
         status["started"] = True
         release_stderr()
@@ -171,9 +172,12 @@ def _run_app(argv: list[str], own: dict) -> int:
                 if fresh:
                     _discard_hydra_output(root)
                 return
-            except (ValueError, UsageError, FileNotFoundError) as exc:  # cross-field checks, a backend refusing its options
+            except (ValueError, UsageError, FileNotFoundError, ResultsWriteError) as exc:
+                # cross-field checks, a backend refusing its options, a corrupt cell file, a full disk
                 _refuse(error_line(exc))
                 status["code"] = 2
+                if isinstance(exc, (ResultsReadError, ResultsWriteError)):
+                    status["root"] = None  # its table cannot be read or written: the one line is all
                 if fresh and not (root / "cells").exists():
                     _discard_hydra_output(root)
                 return
@@ -306,9 +310,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `speedbench plan | head`: the reader left; not an error of ours
         _silence_stdout()
         return 0
+    except Exception as exc:  # noqa: BLE001 - a results folder's fault, named in one line; anything else is a bug
+        if not _results_fault(exc):
+            raise
+        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("speedbench: interrupted", file=sys.stderr)
         return 130
+
+
+def _results_fault(exc: BaseException) -> bool:
+    """A corrupt results file or a results folder that takes no files (``results.store``), for any command."""
+    store = sys.modules.get("speedbench.results.store")  # imported by every command that reads results
+    return store is not None and isinstance(exc, (store.ResultsReadError, store.ResultsWriteError))
 
 
 def _silence_stdout() -> None:

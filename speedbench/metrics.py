@@ -443,7 +443,8 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
 
     ``requests=True``: the interval resamples requests and repeats (what the cell reports);
     ``False``: repeats only, the prompts held fixed -- the measurement's own noise, which more
-    repeats shrink (the protocol's stopping rule and ``stable`` use it).
+    repeats shrink (the protocol's stopping rule and ``stable`` use it). With one repeat (and, for
+    ``requests=True``, one request) there is nothing to resample: the interval is NaN, not [point, point].
     NaN entries (a request with one token, a failed pass) are left out; a request with no
     finite ratio is dropped.
     """
@@ -464,6 +465,8 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
         per_repeat = geomean(r, axis=0) if m > 1 else np.array([point])
         per_repeat = per_repeat[np.isfinite(per_repeat)]
         cv = float(np.std(per_repeat, ddof=1) / np.mean(per_repeat)) if per_repeat.size > 1 else NAN
+        if m < 2 and (not requests or n < 2):  # one repeat says nothing of the noise: no interval, not a zero-width one
+            return SpeedupEstimate(point, NAN, NAN, cv, n, m, np.empty(0))
         rng = rng if rng is not None else np.random.default_rng(0)
         rows = rng.integers(0, n, size=(n_resamples, n)) if requests else np.broadcast_to(np.arange(n), (n_resamples, n))
         cols = rng.integers(0, m, size=(n_resamples, n, m))

@@ -208,6 +208,10 @@ class CellResult:
     timing_source: str = ""  # how t_draft/t_verify/t_accept were obtained, or "missing: <reason>"
     split_error: float = float("nan")  # (sum of the timed iterations) / (the engine's own decode span) - 1
     synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
+    # what the cell measured (pipeline.cells): its settings alone, and the text of its prompts; "" in
+    # folders written before they existed (there ``cell_id`` is the settings' hash alone)
+    setting_id: str = ""
+    prompts_digest: str = ""
 
 
 RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize

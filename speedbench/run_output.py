@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .results.runlock import LATEST
 from .results.store import ResultsStore, atomic_write_text
 
-LATEST = "latest"
 SYNTHETIC_BANNER = "backend=synthetic: no model was run; every number below is modelled, not measured"
 
 
@@ -65,7 +65,7 @@ def refused(json_path: str, error: str) -> None:
 def point_latest(root: Path) -> Path | None:
     """Make ``<results_dir>/latest`` name ``root``; returns the pointer's path."""
     parent = root.parent
-    if not root.is_dir():
+    if not root.is_dir() or root.name == LATEST:  # never a pointer to itself (run_id=latest is refused)
         return None
     link = parent / LATEST
     tmp = parent / f".{LATEST}.{os.getpid()}.tmp"
@@ -81,7 +81,10 @@ def point_latest(root: Path) -> Path | None:
         tmp.unlink(missing_ok=True)
         if link.is_symlink() or link.is_dir():
             return None
-        atomic_write_text(link, root.name + "\n")
+        try:
+            atomic_write_text(link, root.name + "\n")
+        except OSError:  # a full disk: the results are written, only the pointer is missing
+            return None
     return link
 
 

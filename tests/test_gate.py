@@ -88,7 +88,7 @@ def test_missing_and_renamed_cells_are_a_mismatch(tmp_path, capsys):
     for part, ext in (("cells", "json"), ("requests", "parquet"), ("steps", "parquet")):
         (current / part / f"{ids[0]}.{ext}").rename(current / part / f"{'f' * 16}.{ext}")  # "another config"
     moved = current / "cells" / f"{'f' * 16}.json"
-    moved.write_text(json.dumps({**json.loads(moved.read_text()), "cell_id": "f" * 16}))
+    moved.write_text(json.dumps({**json.loads(moved.read_text()), "cell_id": "f" * 16, "setting_id": "f" * 16}))
     assert gate(shared_results(), current, "--junit", str(tmp_path / "g.xml")) == 3
     printed = capsys.readouterr().out
     assert f"MISSING in current: {ids[0]}" in printed and "new in current (not gated): ffffffffffffffff" in printed

@@ -62,3 +62,24 @@ def test_a_corrupted_request_table_exits_2_naming_it(tmp_path, capsys):
     table.write_bytes(table.read_bytes()[:100])
     assert gate(shared_results(), current) == 2
     assert table.name in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("base_speedup", [0.0, -1.0])
+def test_a_ratio_that_is_not_a_number_fails_naming_the_cell(tmp_path, capsys, base_speedup):
+    """A baseline speedup of 0 or below makes current / baseline NaN: a collapse to 0.01 must fail, not PASS."""
+    base, current = copy_results(tmp_path / "base"), copy_results(tmp_path / "current")
+    for folder in (base, current):  # only the cell rows: the gate's point comparison
+        for part in ("requests", "steps"):
+            for path in (folder / part).glob("*.parquet"):
+                path.unlink()
+    cells = sorted(p for p in (base / "cells").glob("*.json") if not json.loads(p.read_text()).get("derived"))
+    for path in cells:
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"speedup": base_speedup}))
+        cur = current / "cells" / path.name
+        cur.write_text(json.dumps(json.loads(cur.read_text()) | {"speedup": 0.01}))
+    rc = gate(base, current, "--config", "ci", "--json", str(tmp_path / "g.json"))
+    printed = capsys.readouterr().out
+    assert rc == 1 and "PASS" not in printed, printed
+    checks = [c for c in json.loads((tmp_path / "g.json").read_text())["checks"] if c["metric"] == "speedup"]
+    assert {c["cell_id"] for c in checks if c["verdict"] == "failed"} == {p.stem for p in cells}
+    assert all("not a finite number" in c["note"] for c in checks if c["cell_id"] != "ALL")

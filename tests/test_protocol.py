@@ -147,3 +147,38 @@ def test_merged_passes_count_every_iteration_once():
         assert n_rows / 2 <= forwards < n_rows  # B=2: two rows share a forward while both are running
     one = protocol.merge_passes([m.base])
     assert [s.iteration for s in one.steps] == [s.iteration for s in m.base.steps]  # merging again changes nothing
+
+
+def test_one_repeat_is_never_stable_and_has_no_zero_width_noise(tmp_path):
+    """min_repeats=1: one repeat says nothing of the noise (it read 0, so stable=yes stopped by target)."""
+    from speedbench.config import DatasetConfig, RunConfig
+    from speedbench.pipeline import runner
+
+    only_one = ProtocolConfig(min_repeats=1, max_repeats=1, **QUIET)
+    m = protocol.measure(_synthetic(noise=0.0), REQS, _specs(), only_one)
+    assert m.n_repeats == 1 and m.stopped_by == "max_repeats"
+    assert "one repeat" in m.instability(math.nan, only_one)
+    more = protocol.measure(_synthetic(noise=0.0), REQS, _specs(), ProtocolConfig(min_repeats=1, max_repeats=4, **QUIET))
+    assert more.n_repeats == 2 and more.stopped_by == "target"  # "min" 1: a second repeat gives the noise
+    ratios = metrics.tpot_ratios(m.base.requests, m.spec.requests)
+    assert math.isnan(metrics.paired_speedup(ratios, requests=False).rel_half_width)
+    one = metrics.paired_speedup(np.array([[1.37]]))
+    assert one.point == pytest.approx(1.37) and math.isnan(one.low) and math.isnan(one.high)  # not [1.37, 1.37]
+    run = RunConfig(target=ModelConfig(name="t", path="random:unused"), drafter=make_drafter("draft_model", 4, model="x"),
+                    dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=["coding"], n_requests=2),
+                    backend=BackendConfig(name="synthetic", options={"noise": 0.0}), sampling=SamplingConfig(),
+                    results_dir=str(tmp_path), run_id="p", max_new_tokens=8, warmup_batches=0, protocol=only_one)
+    (cell,) = runner.run_cells(run, progress=False)
+    assert cell.n_repeats == 1 and not cell.stable and "one repeat" in cell.unstable_reason
+    assert math.isnan(cell.speedup_noise)
+
+
+def test_a_drafter_that_never_proposes_makes_no_stable_speedup_claim():
+    engine = BackendConfig(name="synthetic", options={"alpha": 0.7, "propose_prob_by_method": {"draft_model": 0.0}})
+    backend = BACKENDS.get("synthetic")(ModelConfig(name="t", path="random:unused"), engine)
+    cfg = ProtocolConfig(min_repeats=2, max_repeats=2, **QUIET)
+    m = protocol.measure(backend, REQS, _specs(), cfg)
+    assert not any(r.drafted for r in m.spec.requests)
+    assert m.instability(0.0, cfg).startswith("no_drafts")
+    plain = protocol.measure(backend, REQS, {**_specs(), "spec": _specs()["baseline"]}, cfg)
+    assert plain.instability(0.0, cfg) == ""  # a drafter-less pass is not "no drafts": nothing was meant to draft

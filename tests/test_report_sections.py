@@ -128,7 +128,29 @@ def test_g5_rankings(report):
                 expect = max(c["speedup"] for c in cells if c["drafter"] == m and c["batch_size"] == b
                              and c["category"] == row["category"])
                 assert row[m] == pytest.approx(expect)
-            assert row["winner"] == max(DRAFT_MS, key=lambda m: row[m])
+            top = max(DRAFT_MS, key=lambda m: row[m])
+            if row[top] > 1:
+                assert row["winner"] == top
+            else:  # slower than plain decoding: no winner
+                assert row["winner"].startswith("none pays")
+
+
+def test_g4_g5_name_no_winner_slower_than_plain_decoding(tmp_path):
+    """Every mechanism 3-5x slower than plain decoding: G5 must not crown one per category ("What to pick": none),
+    nor G4 read a best D without saying that none pays."""
+    from .synthetic_results import make_results
+
+    slow = {**OPTIONS, "draft_ms_by_method": {"ngram": 40.0, "draft_model": 60.0}}
+    run = make_results(tmp_path, run_id="slow", depths=(2, 4), batches=(1,), options=slow)
+    values = json.loads(build_report([run], tmp_path / "r", plots=False).json.read_text())
+    assert all(c["speedup"] < 1 for c in raw_cells(run))
+    rows = values["g5"]["by_category"]["1"]
+    assert rows and all(r["winner"].startswith("none pays (best: ") for r in rows)
+    assert all("slower than plain decoding" in r["winner"] for r in rows)
+    assert all(p["pick"].startswith("none") for p in values["summary"]["recommendation"])  # the two agree
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "At B = 1 no mechanism beats plain decoding" in md
+    assert md.count("No D pays: the best measured speedup is") == 2  # G4, each mechanism
 
 
 def test_report_cli(report, tmp_path, capsys):

@@ -144,7 +144,7 @@ def test_a_second_process_on_the_same_cells_is_refused(tmp_path):
     from speedbench.pipeline.cells import CellKey
 
     prepared = validation.prepare(run)
-    cid = CellKey.for_run(run, "coding", "").cell_id
+    cid = CellKey.for_run(run, "coding", "", prepared.requests).cell_id  # the id carries the prompts' digest
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from speedbench.results.runlock import CellLocks; "
          f"l = CellLocks({str(tmp_path / 'results' / 'locked')!r}); l.acquire([{cid!r}]); print('held', flush=True); time.sleep(60)"],
@@ -166,7 +166,7 @@ def test_leftover_temp_files_are_cleaned_on_the_next_run(tmp_path):
     run.backend.name = "synthetic"
     from speedbench.pipeline.cells import CellKey
 
-    cid = CellKey.for_run(run, "coding", "").cell_id
+    cid = CellKey.for_run(run, "coding", "", validation.prepare(run).requests).cell_id
     cells = tmp_path / "results" / "tmpfiles" / "cells"
     cells.mkdir(parents=True)
     own, old = cells / f".{cid}.json.abc.tmp", cells / ".cells.csv.def.tmp"

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from .core import EXIT_CONFIG, GATE_CONF_DIR, GateConfigError, GateInputError, load_config, run_gate
 from .output import format_report, write_json, write_junit
+from ..results.store import ResultsReadError, check_folder
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +30,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"speedbench gate: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     for name, path in (("--baseline", args.baseline), ("--current", args.current)):
+        try:
+            check_folder(path)
+        except ResultsReadError as exc:
+            print(f"speedbench gate: {name} {exc}", file=sys.stderr)
+            return EXIT_CONFIG
         if not (path / "cells").is_dir():
             print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
             return EXIT_CONFIG

@@ -1,22 +1,26 @@
 """``speedbench gate``: did AL or speedup regress between a baseline and a current results folder?
 
-Cells are matched by ``cell_id`` (a hash of the cell's settings). For every matched cell
+Cells are matched by ``setting_id`` (a hash of the cell's settings; ``cell_id`` in folders
+written before it existed, where the two are the same hash). A matched pair whose prompt digests
+differ (the prompt text changed) is not compared: it is listed as "prompts differ" (exit 3), never
+called a regression; a side without a digest (an older folder) is unknown, not different.
+A ratio that is not a finite number (a baseline speedup of 0 or below, a NaN) fails its check,
+naming the cell: it is never a pass. For every matched cell
 and every gated metric (AL, speedup) the gate estimates current / baseline with a paired
 bootstrap over requests (``gate_stats``) and fails when the metric is worse beyond its
 tolerance *with confidence*: the upper end of the interval is below ``1 - tolerance``.
 A geometric mean over all cells is gated the same way (``per_cell: false`` on a metric gates
 only that pooled row, for cells too small or too noisy alone). Tolerances live in ``conf/gate/``.
 
-Exit codes: 0 pass; 1 a regression (or a cell that failed in the current run);
-2 a usage or config error, or an input folder that cannot be read (a corrupted cell file or
-request table, named); 3 cells that do not match (baseline cells missing from the
-current run, or no common cells at all); 4 nothing was gated: every matched cell had fewer
+Exit codes: 0 pass; 1 a regression (or a cell that failed in the current run, or a ratio
+that is not a finite number); 2 a usage or config error, or an input folder that cannot be read
+(a corrupted cell file or request table, named); 3 cells that do not match (baseline cells
+missing from the current run, matched cells whose prompts differ, or no common cells at all); 4 nothing was gated: every matched cell had fewer
 requests than ``min_requests`` (or no usable measurement), so no check could fail; opt in to
 accepting that with ``allow_nothing_gated: true`` in the gate config or ``--allow-nothing-gated``.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +32,13 @@ import yaml
 from . import stats as gate_stats
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
+from ..results.store import ResultsReadError, read_cell_file
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED = 0, 1, 2, 3, 4
 GATE_CONF_DIR = gate_conf_dir()  # conf/gate/ of a checkout, speedbench/conf/gate of a wheel
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
 INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
+PROMPTS_DIFFER = "prompts-differ"  # the two cells measured other prompt text: not compared (a mismatch)
 BAD = (REGRESSED, FAILED)
 JUDGED = (PASS, IMPROVED, REGRESSED, FAILED)  # verdicts that could have failed the gate
 
@@ -131,6 +137,7 @@ class GateReport:
     checks: list[Check] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # "cell_id (label)" in baseline, absent from current
     new: list[str] = field(default_factory=list)  # in current only: not gated
+    prompts_differ: list[str] = field(default_factory=list)  # "cell_id (label)": matched settings, other prompts
 
     @property
     def nothing_gated(self) -> bool:
@@ -139,7 +146,7 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        if self.missing or not any(c.cell_id != "ALL" for c in self.checks):
+        if self.missing or self.prompts_differ or not any(c.cell_id != "ALL" for c in self.checks):
             return EXIT_MISMATCH
         if any(c.verdict in BAD for c in self.checks):
             return EXIT_REGRESSION
@@ -161,6 +168,8 @@ def label(row: dict) -> str:
 
 
 def judge(ratio: float, low: float, high: float, tol: float) -> str:
+    if not all(math.isfinite(v) for v in (ratio, low, high)):  # no number to judge: never a pass
+        return FAILED
     if high < 1.0 - tol:
         return REGRESSED
     if low > 1.0 + tol:
@@ -187,11 +196,9 @@ def read_cells(root: Path, metrics) -> dict[str, dict]:
     rows: dict[str, dict] = {}
     for path in sorted((Path(root) / "cells").glob("*.json")):
         try:
-            row = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise GateInputError(f"{path}: unreadable cell file ({type(exc).__name__}: {exc})") from exc
-        if not isinstance(row, dict):
-            raise GateInputError(f"{path}: a cell file must hold one JSON object, got {type(row).__name__}")
+            row = read_cell_file(path)
+        except ResultsReadError as exc:
+            raise GateInputError(str(exc)) from exc
         missing = [k for k in (*CELL_KEYS, *metrics) if k not in row]
         if missing:
             raise GateInputError(f"{path}: not a cell row, missing {missing}")
@@ -207,16 +214,33 @@ def read_cells(root: Path, metrics) -> dict[str, dict]:
     return rows
 
 
+def match_key(row: dict) -> str:
+    """What the gate matches cells by: the settings' hash (``cell_id`` of folders written before it)."""
+    return str(row.get("setting_id") or row["cell_id"])
+
+
+def prompts_differ(b: dict, c: dict) -> bool:
+    """Both cells carry a prompt digest and they differ (a missing digest is unknown, not different)."""
+    db, dc = b.get("prompts_digest") or "", c.get("prompts_digest") or ""
+    return bool(db and dc and db != dc)
+
+
 def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: dict) -> list[tuple[Check, gate_stats.RatioEstimate | None]]:
-    cid, lab = b["cell_id"], label(b)
+    cid, lab = c["cell_id"], label(b)  # the current run's cell (its files); matched to ``b`` by setting_id
     out = []
+    if prompts_differ(b, c):
+        note = f"prompts differ (digest {b['prompts_digest']} -> {c['prompts_digest']}): not compared"
+        for metric, rule in cfg.rules.items():
+            out.append((Check(cid, lab, metric, b[metric], c[metric], math.nan, math.nan, math.nan, rule.tolerance, 0,
+                              PROMPTS_DIFFER, note), None))
+        return out
     if b["status"] != STATUS_OK or c["status"] != STATUS_OK:
         failed_now = b["status"] == STATUS_OK
         verdict, note = (FAILED, f"current cell failed: {c.get('error', '')}") if failed_now else (NA, "baseline cell failed")
         for metric, rule in cfg.rules.items():
             out.append((Check(cid, lab, metric, b[metric], c[metric], math.nan, math.nan, math.nan, rule.tolerance, 0, verdict, note), None))
         return out
-    reqs_b, reqs_c = _requests(base_root, cid), _requests(cur_root, cid)
+    reqs_b, reqs_c = _requests(base_root, b["cell_id"]), _requests(cur_root, c["cell_id"])
     for metric, rule in cfg.rules.items():
         if reqs_b is None or reqs_c is None:  # only the cell rows: a point comparison
             point_b, point_c = float(b[metric]), float(c[metric])
@@ -224,13 +248,17 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             est = gate_stats.RatioEstimate(point_b, point_c, ratio, ratio, ratio, int(min(b["n_requests"], c["n_requests"])), np.empty(0))
             note = "no per-request records: point estimate, no interval"
         else:
-            rng = np.random.default_rng([cfg.seed, int(cid[:12], 16) if _is_hex(cid[:12]) else 0])
+            seed = match_key(b)[:12]  # the settings' hash: the same draws as before cells carried a digest
+            rng = np.random.default_rng([cfg.seed, int(seed, 16) if _is_hex(seed) else 0])
             est = gate_stats.compare(metric, reqs_b, reqs_c, cfg.confidence, cfg.n_resamples, rng)
             note = ""
         if math.isnan(est.baseline):
             verdict, note = NA, "no baseline measurement"
         elif math.isnan(est.current):
             verdict, note = REGRESSED, "no measurement in the current run"
+        elif not (math.isfinite(est.ratio) and est.baseline > 0):  # e.g. a baseline speedup of 0 or below
+            verdict, note = FAILED, (f"ratio not a finite number (baseline {est.baseline:g}, current {est.current:g}): "
+                                     "cannot be judged")
         elif est.n_requests < cfg.min_requests:
             verdict, note = INSUFFICIENT, f"{est.n_requests} matched request(s) < min_requests={cfg.min_requests}"
         elif not rule.per_cell:
@@ -251,17 +279,26 @@ def _is_hex(text: str) -> bool:
     return bool(text) and all(ch in "0123456789abcdef" for ch in text.lower())
 
 
+def _by_setting(root: Path, cfg: GateConfig) -> dict[str, dict]:
+    """The measured cell rows of ``root`` by ``match_key``; of two cells with one setting (a prompt file
+    edited between a run and its resume), the one written last."""
+    rows = sorted((r for r in read_cells(root, cfg.rules).values() if not _derived(r)),
+                  key=lambda r: (Path(root) / "cells" / f"{r['cell_id']}.json").stat().st_mtime_ns)
+    return {match_key(r): r for r in rows}
+
+
 def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
     # derived rows (category=all, pooled from the category cells) are not gated: their cells are, and ALL pools them
-    base_rows = {k: r for k, r in read_cells(baseline, cfg.rules).items() if not _derived(r)}
-    cur_rows = {k: r for k, r in read_cells(current, cfg.rules).items() if not _derived(r)}
+    base_rows, cur_rows = _by_setting(baseline, cfg), _by_setting(current, cfg)
     report = GateReport(str(baseline), str(current), cfg)
-    report.missing = [f"{cid} ({label(r)})" for cid, r in base_rows.items() if cid not in cur_rows]
-    report.new = [f"{cid} ({label(r)})" for cid, r in cur_rows.items() if cid not in base_rows]
+    report.missing = [f"{r['cell_id']} ({label(r)})" for key, r in base_rows.items() if key not in cur_rows]
+    report.new = [f"{r['cell_id']} ({label(r)})" for key, r in cur_rows.items() if key not in base_rows]
     estimates: dict[str, list[gate_stats.RatioEstimate]] = {m: [] for m in cfg.rules}
-    for cid in sorted(set(base_rows) & set(cur_rows)):
-        for check, est in _check_cell(cfg, Path(baseline), Path(current), base_rows[cid], cur_rows[cid]):
+    for key in sorted(set(base_rows) & set(cur_rows)):
+        for check, est in _check_cell(cfg, Path(baseline), Path(current), base_rows[key], cur_rows[key]):
             report.checks.append(check)
+            if check.verdict == PROMPTS_DIFFER and check.metric == next(iter(cfg.rules)):
+                report.prompts_differ.append(f"{base_rows[key]['cell_id']} -> {check.cell_id} ({check.label})")
             if est is not None:
                 estimates[check.metric].append(est)
     if cfg.pooled:

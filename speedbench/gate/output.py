@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .core import BAD, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, GateReport
+from .core import BAD, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, PROMPTS_DIFFER, GateReport
 from ..results.store import atomic_write_text
 
 
@@ -30,9 +30,15 @@ def format_report(report: GateReport) -> str:
         lines.append(f"MISSING in current: {cell}")
     for cell in report.new:
         lines.append(f"new in current (not gated): {cell}")
+    for cell in report.prompts_differ:
+        lines.append(f"PROMPTS DIFFER (not compared): {cell}")
     n_bad = sum(c.verdict in BAD for c in report.checks)
     if report.missing:
         tail = f"MISMATCH: {len(report.missing)} baseline cell(s) missing from the current run (same config? same run settings?)"
+    elif report.prompts_differ:
+        tail = (f"MISMATCH: prompts differ in {len(report.prompts_differ)} cell(s): same settings, other prompt text "
+                "than the baseline's, so AL and speedup are not compared (no regression is claimed); "
+                "measure the baseline on these prompts, or restore them")
     elif not any(c.cell_id != "ALL" for c in report.checks):
         tail = "MISMATCH: no cell in common between baseline and current (cell ids hash the settings; compare like with like)"
     elif n_bad:
@@ -58,6 +64,7 @@ def to_dict(report: GateReport) -> dict:
         "checks": [asdict(c) for c in report.checks],
         "missing_in_current": report.missing,
         "new_in_current": report.new,
+        "prompts_differ": report.prompts_differ,
     }
 
 
@@ -83,7 +90,7 @@ def write_junit(report: GateReport, path: Path) -> None:
         if c.verdict in BAD:
             failures += 1
             ET.SubElement(case, "failure", message=f"{c.metric} {c.verdict}", type=c.verdict).text = text
-        elif c.verdict in (INSUFFICIENT, NA, INFO):
+        elif c.verdict in (INSUFFICIENT, NA, INFO, PROMPTS_DIFFER):
             skipped += 1
             ET.SubElement(case, "skipped", message=c.note or c.verdict)
         else:
@@ -92,6 +99,10 @@ def write_junit(report: GateReport, path: Path) -> None:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="speedbench.gate.missing", name=cell, time="0")
         ET.SubElement(case, "error", message="cell missing from the current run", type="mismatch").text = cell
+    for cell in report.prompts_differ:
+        errors += 1
+        case = ET.SubElement(suite, "testcase", classname="speedbench.gate.prompts", name=cell, time="0")
+        ET.SubElement(case, "error", message="prompts differ: not compared", type="mismatch").text = cell
     if report.exit_code == EXIT_NOTHING_GATED:
         errors += 1
         case = ET.SubElement(suite, "testcase", classname="speedbench.gate", name="something gated", time="0")

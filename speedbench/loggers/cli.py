@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..config import LoggerConfig
-from ..results.store import ResultsStore
+from ..results.store import ResultsStore, check_folder
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    store = ResultsStore(args.results_dir)
+    store = ResultsStore(check_folder(args.results_dir))
     table = store.cells()
     if table.empty:
         print(f"speedbench wandb-log: no cells in {args.results_dir}", file=sys.stderr)

@@ -58,7 +58,7 @@ class WandbLogger(CellLogger):
         )
 
     def log_cell_id(self, cell_id: str, store: ResultsStore) -> None:
-        row = json.loads((store.root / "cells" / f"{cell_id}.json").read_text())
+        row = store.cell(cell_id)
         # a derived overall row (category=all) has no records of its own: its category cells' are its
         parts = (row.get("extra") or {}).get("derived_from") or [cell_id] if row.get("derived") else [cell_id]
         paths = [store.root / "requests" / f"{cid}.parquet" for cid in parts]

@@ -1,20 +1,25 @@
 """Cells: the unit of measurement, its stable id, and its row in the cell table.
 
 A cell = (target, drafter + D, batch size, sampling, dataset slice, category/context
-bucket, backend, output length). Its id is a hash of exactly those settings, so reruns,
-resumes and the CI gate match cells across runs and machines.
+bucket, backend, output length) measured on its prompts. ``setting_id`` is a hash of exactly
+those settings; ``prompts_digest`` a hash of the text of every prompt it measured (after
+selection, every turn); ``cell_id`` hashes both, so a prompt file edited in place (same path,
+same ids, new text) gives new cells and resume does not reuse the old ones. Reruns and resumes
+match cells by ``cell_id``; the CI gate matches by ``setting_id`` and compares the digests
+(folders written before the digest have ``cell_id == setting_id`` and no digest).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 
 from .. import metrics
 from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
-from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult
+from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult, Request
 
 NAN = math.nan
 
@@ -35,9 +40,13 @@ class CellKey:
     dataset: str
     category: str
     context_bucket: str
+    setting_id: str = ""  # the settings alone (the cell id of folders written before the digest)
+    prompts_digest: str = ""  # the measured prompts' text ("" when not given)
 
     @staticmethod
-    def for_run(run: RunConfig, category: str, context_bucket: str) -> "CellKey":
+    def for_run(run: RunConfig, category: str, context_bucket: str, prompts: "Sequence[Request] | None" = None) -> "CellKey":
+        """The cell of ``run`` for one category/bucket; with ``prompts`` (the requests it measures)
+        the id includes their digest, without it the id is the settings' alone (``setting_id``)."""
         identity = {
             "target": asdict_clean(run.target, drop=("name",)),
             "drafter": drafter_identity(run.drafter),
@@ -50,13 +59,21 @@ class CellKey:
             "max_new_tokens": run.max_new_tokens,
             "ignore_eos": run.ignore_eos,
         }
+        setting = stable_hash(identity)
+        digest = prompts_digest(prompts) if prompts is not None else ""
         return CellKey(
-            cell_id=stable_hash(identity),
+            cell_id=stable_hash({"setting": setting, "prompts": digest}) if digest else setting,
+            setting_id=setting, prompts_digest=digest,
             run_id=run.run_id, target=run.target.name, drafter=run.drafter.name, method=run.drafter.method,
             num_speculative_tokens=run.drafter.num_speculative_tokens, batch_size=run.batch_size,
             temperature=run.sampling.temperature, top_p=run.sampling.top_p, top_k=run.sampling.top_k,
             backend=run.backend.name, dataset=run.dataset.name, category=category, context_bucket=context_bucket,
         )
+
+
+def prompts_digest(prompts: "Sequence[Request]") -> str:
+    """A hash of what a cell measured: every prompt's id, text of every turn and output length, in order."""
+    return stable_hash([[r.request_id, list(r.turns), r.max_new_tokens] for r in prompts])
 
 
 def dataset_identity(dataset) -> dict:
@@ -117,15 +134,19 @@ def summarize(
 OVERALL = "all"
 
 
-def overall_key(run: RunConfig, context_bucket: str) -> CellKey:
-    """The id of a configuration's derived overall row (``category=all``, pooled from its category cells).
+def overall_key(run: RunConfig, context_bucket: str, parts: "Sequence[CellKey]" = ()) -> CellKey:
+    """The id of a configuration's derived overall row (``category=all``, pooled from its category cells
+    ``parts``, whose prompt digests it carries).
 
     ``derived`` is part of the identity, so it never collides with a measured ``per_category=false``
     cell of the same settings (which pools the same prompts in one measurement).
     """
     key = CellKey.for_run(run, OVERALL, context_bucket)
     ident = {"measured_cell": key.cell_id, "derived": "pooled per-category cells"}
-    return CellKey(**{**asdict(key), "cell_id": stable_hash(ident)})
+    setting = stable_hash(ident)
+    digest = stable_hash([p.prompts_digest for p in parts]) if parts and all(p.prompts_digest for p in parts) else ""
+    cell_id = stable_hash({"setting": setting, "prompts": digest}) if digest else setting
+    return CellKey(**{**asdict(key), "cell_id": cell_id, "setting_id": setting, "prompts_digest": digest})
 
 
 def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict, tokens_per_step: float) -> dict:

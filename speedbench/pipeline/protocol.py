@@ -17,7 +17,10 @@ after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has
 ``budget_s`` seconds. Every pass of every repeat is kept in the results (``repeat`` column).
 
 A cell is ``stable`` when its measurement noise reached the target and no contention was seen
-(``pipeline.noise``); otherwise ``unstable_reason`` says why. The report draws verdicts from
+(``pipeline.noise``); otherwise ``unstable_reason`` says why. One repeat gives no noise estimate
+(``min_repeats=1`` goes on to a second repeat unless ``max_repeats`` or ``budget_s`` stops it),
+so a one-repeat cell is never stable; nor is a cell whose drafter proposed no token at all
+(``no_drafts``: its speedup compares plain decoding with itself). The report draws verdicts from
 stable cells only.
 """
 from __future__ import annotations
@@ -47,11 +50,16 @@ class Measured:
     contention: str  # why the machine was not quiet ('' when it was)
     noise: NoiseMeter
     elapsed_s: float
+    drafting: bool = True  # the speculative pass has a drafter (not ``none``)
 
     def instability(self, rel_half_width: float, cfg: ProtocolConfig) -> str:
         """Why a cell with this interval is not stable ('' when it is)."""
         reasons = []
-        if not math.isfinite(rel_half_width):
+        if self.drafting and self.spec.requests and not any(r.drafted for r in self.spec.requests):
+            reasons.append("no_drafts: the drafter proposed no token, so the speedup compares plain decoding with itself")
+        if self.n_repeats < 2:
+            reasons.append(f"one repeat ({self.stopped_by} reached): no estimate of the measurement noise")
+        elif not math.isfinite(rel_half_width):
             reasons.append("no finite speedup interval (too few requests with two or more tokens)")
         elif rel_half_width > cfg.target_rel_half_width:
             reasons.append(f"measurement noise +-{rel_half_width:.1%} above the target +-{cfg.target_rel_half_width:.0%} "
@@ -139,4 +147,5 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
         break
     elapsed = time.perf_counter() - t0
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
-    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed)  # the loop's last merge
+    drafting = specs["spec"].drafter.method != "none"
+    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting)  # the loop's last merge

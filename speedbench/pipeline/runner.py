@@ -19,7 +19,7 @@ from ..config import DrafterConfig, RunConfig
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
-from ..results.store import ResultsStore
+from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
 from .validation import dataset_spec  # noqa: F401 - the runner's public helper
 from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
@@ -62,6 +62,25 @@ def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
     return time.perf_counter() - t0
 
 
+def cell_keys(run: RunConfig, requests: list[Request]) -> list[tuple[CellKey, list[Request]]]:
+    """Each cell of ``run`` with the requests it measures (its id carries their digest)."""
+    groups = group_requests(requests, run.per_category)
+    return [(CellKey.for_run(run, cat, bucket, reqs), reqs) for (cat, bucket), reqs in groups.items()]
+
+
+def _warn_other_prompts(store: ResultsStore, rows: list[dict], keys: list[CellKey]) -> None:
+    """Cells already in the folder with these settings but other prompts (a prompt file edited in place,
+    or a folder written before the digest): kept as they are, not reused; say so."""
+    ours = {k.cell_id for k in keys}
+    settings = {k.setting_id for k in keys}
+    other = sorted(r["cell_id"] for r in rows if not r.get("derived") and r.get("cell_id") not in ours
+                   and (r.get("setting_id") or r.get("cell_id")) in settings)
+    if other:
+        log.warning("%d cell(s) in %s measured these settings on other prompts (prompt text changed, or written "
+                    "before cells carried a prompt digest); not reused, left as they are: %s",
+                    len(other), store.root, ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
+
+
 def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepared | None" = None) -> list[CellResult]:
     """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows.
 
@@ -72,8 +91,9 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
     prepared = validation.prepare(run) if prepared is None else prepared
     requests = prepared.requests
     store = ResultsStore(runlock.run_folder(run.results_dir, run.run_id))
-    groups = group_requests(requests, run.per_category)
-    keys = [(CellKey.for_run(run, cat, bucket), reqs) for (cat, bucket), reqs in groups.items()]
+    rows = store.cell_rows()  # a corrupt cell file already there is named before anything runs (ResultsReadError)
+    keys = cell_keys(run, requests)
+    _warn_other_prompts(store, rows, [k for k, _ in keys])
     todo = [(k, r) for k, r in keys if not (run.resume and store.finished(k.cell_id))]
     skipped = len(keys) - len(todo)
     if skipped:
@@ -138,7 +158,7 @@ def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], meas
     for bucket, parts in buckets.items():
         if len(parts) < 2 or not all(store.finished(k.cell_id) for k in parts):
             continue
-        if store.finished(overall_key(run, bucket).cell_id) and not measured & {k.cell_id for k in parts}:
+        if store.finished(overall_key(run, bucket, parts).cell_id) and not measured & {k.cell_id for k in parts}:
             continue
         try:
             cell = _overall_cell(run, store, bucket, parts)
@@ -157,7 +177,7 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
         return None
     merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     part_cells = [store.cell(k.cell_id) for k in parts]
-    key = overall_key(run, bucket)
+    key = overall_key(run, bucket, parts)
     info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
     cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
                      info_device, n_gpus, run.protocol, run.acceptance)
@@ -218,6 +238,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
+        except (ResultsWriteError, ResultsReadError):  # the folder takes no files (disk full), or the table
+            raise  # cannot be rebuilt (a corrupt cell file): the cells written stay as they are; stop, named
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
             cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run, reqs, prepared)

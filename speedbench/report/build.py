@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,23 @@ from . import plots as plot_helpers
 from .common import Figure, Section
 from .load import ReportData, load
 from .modelling import ModelContext, resolve
+
+
+class ReportWriteError(Exception):
+    """The report's folder cannot take files (a read-only results folder): one line, with the way out."""
+
+
+def writable_out(out: Path) -> Path:
+    """``out`` created and proven writable, else ``ReportWriteError`` saying so and that ``--out`` helps."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{os.getpid()}.tmp"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ReportWriteError(f"{out} is not writable ({exc.strerror or exc}); --out DIR writes the report "
+                               "elsewhere") from exc
+    return out
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,7 @@ def build_report(paths, out_dir, hardware: str | None = None, title: str = "spee
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     out = Path(out_dir)
     data = load(paths)  # a missing results folder fails here, before anything is created
-    out.mkdir(parents=True, exist_ok=True)
+    writable_out(out)
     ctx = resolve(data, hardware)
     with plot_helpers.enabled(plots):
         secs = sections(data, ctx, out)

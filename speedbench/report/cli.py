@@ -17,11 +17,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from . import build_report
+    from .build import ReportWriteError
 
     out = Path(args.out) if args.out else Path(args.results[0]) / "report"
     try:
         result = build_report(args.results, out, hardware=args.hardware, title=args.title, plots=not args.no_plots)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ReportWriteError) as exc:
         print(f"speedbench report: {exc}", file=sys.stderr)
         return 2
     print(f"report: {result.markdown}\n        {result.html}")

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..results.store import ResultsStore
+from ..results.store import ResultsStore, check_folder
 
 MICROBENCH_KINDS = ("gemm", "attention", "verify")
 
@@ -62,7 +62,7 @@ class ReportData:
 
 def run_folders(paths: list[str | Path]) -> list[Path]:
     out: list[Path] = []
-    for p in map(Path, paths):
+    for p in map(check_folder, paths):
         if (p / "cells").is_dir() or (p / "microbench").is_dir():
             out.append(p)
         elif p.is_dir():

@@ -120,8 +120,11 @@ def build(data: ReportData, out: Path) -> Section:
             why = ("they differ: AL/(1+rho D) assumes verification does not grow with D, but T_verif(1+D)/T_verif(1) = "
                    f"{g:.2f} at D = {max(d_star, d_meas)} (measured)" if finite(g) and g > 1.05
                    else "they differ: time outside draft and verification (loop overhead) or noise")
+        best = r["measured speedup there"]
+        loses = (f" No D pays: the best measured speedup is {best:.2f}x, slower than plain decoding."
+                 if finite(best) and not best > 1 else "")
         lines.append(f"- {r['mechanism']}: rho = {r['rho']:.3g}; AL/(1+rho D) peaks at D = {d_star}, "
-                     f"the measured speedup at D = {d_meas} ({why}).")
+                     f"the measured speedup at D = {d_meas} ({why}).{loses}")
     if lines:
         sec.text("\n".join(lines))
     series = []

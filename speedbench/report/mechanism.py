@@ -2,7 +2,8 @@
 
 Mechanisms, categories and context buckets are whatever the cells hold (columns, not lists).
 A mechanism's score in a slice is its best measured speedup over the draft lengths measured
-there; a mechanism with no cell in a slice shows n/a.
+there; a mechanism with no cell in a slice shows n/a. A slice's winner must beat plain decoding
+(speedup > 1): where none does, the winner column says ``none pays`` and names the best.
 """
 from __future__ import annotations
 
@@ -28,6 +29,20 @@ def ranking(spec: pd.DataFrame) -> pd.DataFrame:
         ["B", "rank", "mechanism", "best D", "speedup", "AL", "draft ms"]]
 
 
+NONE_PAYS = "none pays"
+
+
+def winner(row: pd.Series) -> str:
+    """The mechanism with the best measured speedup in a slice, when it beats plain decoding (speedup > 1);
+    else ``none pays`` (as *What to pick* says ``none``), naming the best; ``n/a`` when nothing finite was measured."""
+    row = pd.to_numeric(row, errors="coerce")
+    row = row[np.isfinite(row)]
+    if row.empty:
+        return "n/a"
+    best = row.idxmax()
+    return best if row[best] > 1.0 else f"{NONE_PAYS} (best: {best} {row[best]:.2f}x, slower than plain decoding)"
+
+
 def slice_pivot(spec: pd.DataFrame, batch: int, by: str, mechanisms: list[str]) -> pd.DataFrame:
     """Rows = values of ``by`` (category or context_bucket), columns = every mechanism; best speedup over D."""
     cells = spec[spec[B] == batch]
@@ -36,7 +51,7 @@ def slice_pivot(spec: pd.DataFrame, batch: int, by: str, mechanisms: list[str]) 
     best = per.groupby([by, MECH])["speedup"].max().unstack(MECH) if len(per) else pd.DataFrame()
     best = best.reindex(index=rows_all, columns=mechanisms)  # absent = NaN = n/a, never 0
     best.index.name = by
-    best["winner"] = [row.idxmax() if row.notna().any() else "n/a" for _, row in best[mechanisms].iterrows()]
+    best["winner"] = [winner(row) for _, row in best[mechanisms].iterrows()]
     return best.reset_index().rename(columns={by: "context bucket" if by == "context_bucket" else by})
 
 
@@ -53,6 +68,11 @@ def build(data, out: Path) -> Section:
     rank = ranking(spec)
     sec.values["ranking"] = rank.to_dict("records")
     sec.table(rank, "Ranking per batch size.", {"speedup": MEASURED, "AL": MEASURED, "draft ms": MEASURED})
+    for batch, grp in rank.groupby("B"):
+        top = grp[grp["rank"] == 1].iloc[0]
+        if not top["speedup"] > 1.0:
+            sec.text(f"At B = {batch} no mechanism beats plain decoding (best: {top['mechanism']} D={top['best D']} at "
+                     f"{top['speedup']:.2f}x): none pays; the ranking orders losses.")
     for batch in sorted(spec[B].unique()):
         cat = slice_pivot(spec, batch, "category", mechanisms)
         sec.values.setdefault("by_category", {})[int(batch)] = cat.to_dict("records")

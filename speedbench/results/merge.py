@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import STATUS_OK
-from .store import ResultsStore, atomic_write_bytes
+from .store import ResultsStore, atomic_write_bytes, check_folder, read_cell_file
 
 PARTS = ("requests", "steps")
 EXIT_USAGE, EXIT_CONFLICT = 2, 3
@@ -62,7 +62,7 @@ class MergeConflict(Exception):
 def cells_in(root: Path) -> list[CellCopy]:
     out = []
     for path in sorted((root / "cells").glob("*.json")):
-        out.append(CellCopy(path.stem, root, json.loads(path.read_text()), path.stat().st_mtime_ns))
+        out.append(CellCopy(path.stem, root, read_cell_file(path), path.stat().st_mtime_ns))
     return out
 
 
@@ -147,6 +147,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    for d in (args.out, *args.dirs):
+        check_folder(d)  # a symlink loop is named (cli: one line, exit 2)
     missing = [str(d) for d in args.dirs if not (d / "cells").is_dir()]
     if missing:
         print(f"speedbench merge: not a results folder (no cells/): {', '.join(missing)}", file=sys.stderr)

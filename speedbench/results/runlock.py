@@ -3,7 +3,9 @@
 * :func:`run_folder` refuses a ``run_id`` that is empty, absolute, has a path separator or
   ``..``, so nothing is written outside ``results_dir``; it is also the Hydra resolver
   ``sb_run_dir`` that ``conf/config.yaml`` builds Hydra's own output folders with, so Hydra
-  writes nothing either when the run id is refused.
+  writes nothing either when the run id is refused. ``latest`` is refused too: it is the name of
+  the symlink to the newest run (``run_output.point_latest``), so a run named so would write into
+  the previous run's folder.
 * :func:`check_writable` proves the folder can take files before any model loads.
 * :class:`CellLocks` takes an exclusive ``flock`` per cell to be measured
   (``<run>/.locks/<cell_id>.lock``, holding the pid): jobs of one sweep (disjoint cells) share
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from ..config import ConfigError
 
+LATEST = "latest"  # <results_dir>/latest: the symlink to the newest run, never a run id
 TEMP_GRACE_S = 300.0  # temp files of files shared by all jobs (the cell table) younger than this may be live
 
 
@@ -29,6 +32,9 @@ def check_run_id(run_id: str) -> None:
             or os.path.isabs(text) or text.strip() != text:
         raise ConfigError([f"run_id={text!r}: must be one folder name inside results_dir "
                            "(no '/', '\\', '..', leading '~' or absolute path)"])
+    if text == LATEST:
+        raise ConfigError([f"run_id={text!r}: reserved, it names the symlink to the newest run in results_dir; "
+                           "choose another run_id"])
 
 
 def run_folder(results_dir: str, run_id: str) -> str:

@@ -12,6 +12,12 @@ moment leaves only whole files: a finished cell is never lost and never half-wri
 get the mode the umask gives any new file (0644 under umask 022), not mkstemp's 0600.
 Folders written by many jobs (a Slurm array) merge by copying ``cells/``, ``requests/`` and
 ``steps/`` side by side; the cell table is rebuilt from them.
+
+Faults: every cell file is read by :func:`read_cell_file`, so a truncated or malformed one is a
+:class:`ResultsReadError` naming the file (and the field) for every command that reads it; a
+write that fails (a full disk, a read-only folder) is a :class:`ResultsWriteError` naming the
+folder. A cell's own files are written before the table: a table that cannot be rebuilt never
+touches a cell already written.
 """
 from __future__ import annotations
 
@@ -20,15 +26,68 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..records import STATUS_OK, CellResult, field_names, to_row
-from ..redact import redact
+from ..redact import REDACTED, redact
 
 CELL_COLUMNS = field_names(CellResult)
+NUMERIC_COLUMNS = tuple(f.name for f in fields(CellResult) if f.type == "float")
+
+
+class ResultsReadError(ValueError):
+    """A results file that is not what it should be (truncated, not JSON, a non-numeric metric); names the file."""
+
+
+class ResultsWriteError(Exception):
+    """The results folder cannot take a file (disk full, read-only); names the folder."""
+
+
+def read_cell_file(path: Path) -> dict[str, Any]:
+    """One cell file as a row; a file that is not one whole JSON object with numeric metrics is a
+    ``ResultsReadError`` naming the file (and the field). The one reader of cell files."""
+    path = Path(path)
+    try:
+        row = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsReadError(f"{path}: unreadable cell file ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(row, dict):
+        raise ResultsReadError(f"{path}: a cell file must hold one JSON object, got {type(row).__name__}")
+    for key in NUMERIC_COLUMNS:
+        value = row.get(key)
+        if value == REDACTED:  # a measurement an older redaction rule hid by its name (token_match_rate): unknown
+            row[key] = None
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ResultsReadError(f"{path}: {key} must be a number, got {value!r}")
+    return row
+
+
+def check_folder(path: str | Path) -> Path:
+    """``path`` as given; a symlink loop in it (e.g. ``latest -> latest``) is a ``ResultsReadError``
+    naming it (else it reads as a folder that does not exist)."""
+    path = Path(path)
+    try:
+        path.resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Python < 3.13; OSError (ELOOP) after
+        target = os.readlink(path) if path.is_symlink() else "?"
+        raise ResultsReadError(f"results folder {path}: a symlink loop ({path} -> {target}); "
+                               "give the run folder itself or remove the link") from exc
+    return path
+
+
+def _writing(root: Path, what: str, write) -> None:
+    """Run ``write()``; an OSError becomes one ``ResultsWriteError`` naming the folder."""
+    try:
+        write()
+    except ResultsWriteError:
+        raise
+    except OSError as exc:
+        raise ResultsWriteError(f"results folder {root}: cannot write {what} ({exc.strerror or exc}); "
+                                "nothing already written was changed") from exc
 
 
 def _umask() -> int:
@@ -100,16 +159,27 @@ class ResultsStore:
 
     # -- writing ---------------------------------------------------------------
     def write_cell(self, cell: CellResult, records: Iterable[Any] = (), steps: Iterable[Any] = ()) -> None:
+        """The cell's records, steps and row (in that order, each atomic), then the table.
+
+        Any write that fails is a ``ResultsWriteError``; once the row is written, a failure
+        rebuilding the table leaves the cell as written (the table is rebuilt from ``cells/``).
+        """
         records, steps = list(records), list(steps)
-        if records:
-            atomic_write_parquet(self.root / "requests" / f"{cell.cell_id}.parquet", _frame(records))
-        if steps:
-            atomic_write_parquet(self.root / "steps" / f"{cell.cell_id}.parquet", _frame(steps))
-        atomic_write_text(self.root / "cells" / f"{cell.cell_id}.json", dumps(redact(to_row(cell))))
+        cid = cell.cell_id
+
+        def own_files() -> None:
+            if records:
+                atomic_write_parquet(self.root / "requests" / f"{cid}.parquet", _frame(records))
+            if steps:
+                atomic_write_parquet(self.root / "steps" / f"{cid}.parquet", _frame(steps))
+            atomic_write_text(self.root / "cells" / f"{cid}.json", dumps(redact(to_row(cell))))
+
+        _writing(self.root, f"cell {cid}", own_files)
         self.rebuild_table()
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
-        atomic_write_text(self.root / "provenance.json", dumps(redact(provenance)))
+        _writing(self.root, "provenance.json",
+                 lambda: atomic_write_text(self.root / "provenance.json", dumps(redact(provenance))))
 
     def rebuild_table(self) -> pd.DataFrame:
         table = self.cells()
@@ -118,32 +188,35 @@ class ResultsStore:
             for col in flat.columns:
                 if flat[col].map(lambda v: isinstance(v, (list, dict))).any():
                     flat[col] = flat[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
-            atomic_write_parquet(self.root / "cells.parquet", flat)
-            atomic_write_text(self.root / "cells.csv", flat.to_csv(index=False))
-            atomic_write_text(
-                self.root / "cells.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in table.to_dict("records"))
-            )
+
+            def write() -> None:
+                atomic_write_parquet(self.root / "cells.parquet", flat)
+                atomic_write_text(self.root / "cells.csv", flat.to_csv(index=False))
+                atomic_write_text(
+                    self.root / "cells.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in table.to_dict("records"))
+                )
+
+            _writing(self.root, "the cell table (cells.parquet, cells.csv, cells.jsonl)", write)
         return table
 
     # -- reading ---------------------------------------------------------------
     def cells(self) -> pd.DataFrame:
         """The cell table (list columns as Python lists), from the per-cell files."""
-        rows = []
-        for path in sorted((self.root / "cells").glob("*.json")):
-            rows.append(json.loads(path.read_text()))
+        rows = self.cell_rows()
         frame = pd.DataFrame(rows, columns=CELL_COLUMNS if not rows else None)
         return frame.fillna(value=math.nan) if not frame.empty else frame
+
+    def cell_rows(self) -> list[dict[str, Any]]:
+        """Every cell file's row (``read_cell_file``: a corrupt one is named)."""
+        return [read_cell_file(path) for path in sorted((self.root / "cells").glob("*.json"))]
 
     def cell(self, cell_id: str) -> dict[str, Any]:
         """One cell's row as written (``{}`` when there is none)."""
         path = self.root / "cells" / f"{cell_id}.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return read_cell_file(path) if path.exists() else {}
 
     def finished(self, cell_id: str) -> bool:
-        path = self.root / "cells" / f"{cell_id}.json"
-        if not path.exists():
-            return False
-        return json.loads(path.read_text()).get("status") == STATUS_OK
+        return self.cell(cell_id).get("status") == STATUS_OK
 
     def requests(self) -> pd.DataFrame:
         return _concat(self.root / "requests")
@@ -153,7 +226,12 @@ class ResultsStore:
 
     def provenance(self) -> dict[str, Any]:
         path = self.root / "provenance.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        if not path.exists():
+            return {}
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ResultsReadError(f"{path}: unreadable provenance ({type(exc).__name__}: {exc})") from exc
 
 
 def _frame(records: list[Any]) -> pd.DataFrame:
