@@ -38,7 +38,9 @@ from speedbench.config import make_drafter
 from .engine_support import D, generate, make_backend
 
 pytestmark = pytest.mark.engine
-CONFIGS = ("ngram", "self", "baseline", "draft")  # baseline and draft last: their vLLM engines stay up for test_timing_split
+# baseline before self (its profiled split reads the baseline's verify time at the same B); ngram first,
+# so the session backend's three engine slots end with baseline, self and draft (test_timing_split reuses two)
+CONFIGS = ("ngram", "baseline", "self", "draft")
 ENGINES = ("torch", "vllm", "hf")
 
 
