@@ -120,7 +120,7 @@ def _run_app(argv: list[str], own: dict) -> int:
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
     from . import run_output
     from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
-    from .pipeline.sweeps import SweepChecked, SweepRefused
+    from .pipeline.sweeps import SweepChecked, SweepRefused, unfinished_job
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
         name, _, value = arg.partition("=")
@@ -228,6 +228,10 @@ def _run_app(argv: list[str], own: dict) -> int:
     except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
         if status["started"]:
             raise
+        if (unfinished := unfinished_job(exc)) is not None:  # a launched job ended without a result: not bad input
+            sys.stderr = gate.real
+            print(f"speedbench run: {unfinished}", file=sys.stderr)
+            return 1
         held = gate.take()
         sys.stderr = gate.real
         _refuse(error_line(exc) if not held.strip() else _hydra_error_line(held))

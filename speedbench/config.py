@@ -222,7 +222,7 @@ class RunConfig:
     run_id: str = MISSING
     resume: bool = True
     per_category: bool = True
-    n_gpus: int = 1
+    n_gpus: int = 1  # GPUs one cell's engine uses (tokens/s per GPU, a Slurm job's GPUs); 0 on a CPU
     seed: int = 0
     progress: str = "auto"  # progress bars: auto (only on a terminal) | true | false
 
@@ -231,8 +231,10 @@ def register_configs() -> None:
     """Schemas in Hydra's ConfigStore: ``conf/<group>/*.yaml`` name theirs in their defaults list."""
     from hydra.core.config_store import ConfigStore
 
+    from . import slurm
     from .backends.options import OPTION_SCHEMAS
 
+    slurm.register_resolver()  # ${sb_slurm_gpus:...} in conf/hydra/launcher/slurm.yaml
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in [

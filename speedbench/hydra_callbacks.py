@@ -10,6 +10,8 @@
   the primary config's resolver cache into every job's config (and submitit pickles it
   with the launcher), so ``${now:...}`` gives every job the same ``run_id`` and all jobs
   write into one results folder, even when they start minutes later on other machines.
+  On Slurm it makes submitit read job states from ``squeue`` when ``sacct`` is off
+  (``speedbench.slurm_states``).
 * ``on_multirun_end`` applies ``sweep.allowed_failure_frac`` to the whole sweep, reading
   the cells all jobs wrote; ``speedbench run`` turns the verdict into its exit code.
 """
@@ -55,6 +57,10 @@ class SweepGate(Callback):
             raise SweepRefused(ConfigError(problems))
         if _CHECK_ONLY[0]:
             raise SweepChecked(len(jobs))
+        if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+            from .slurm_states import install_watcher
+
+            install_watcher()  # job states from squeue where sacct is off (one line, not one per poll)
         release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 

@@ -614,7 +614,7 @@ def pass_metrics(base, spec, depth: int, greedy: bool, n_gpus: int, confidence: 
     noise = paired_speedup(ratios, confidence, n_resamples, requests=False)
 
     def rate(tokens: int, wall: float, gpus: int = 1) -> float:
-        return tokens / wall / gpus if wall > 0 else NAN
+        return tokens / wall / gpus if wall > 0 and gpus > 0 else NAN  # n_gpus=0 (a CPU run): no per-GPU rate
 
     return dict(
         **acceptance_metrics(ok_s, spec.steps, depth, acceptance_cfg),

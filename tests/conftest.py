@@ -39,3 +39,16 @@ def engine_models(tmp_path_factory):
         name: str(export(path, root / name)) if path.startswith("random:") else local_dir(path)
         for name, path in (("target", TINY_TARGET), ("draft", TINY_DRAFT))
     }
+
+
+@pytest.fixture(scope="session")
+def vllm_backend(engine_models):
+    """One vLLM backend (CPU) on the exported tiny target for every module that needs one: its engines
+    are the slow part (tens of seconds each on 2 cores) and stay alive between modules (an LRU of
+    three, ``max_engines=3``), so test_timing_split finds the baseline and draft-model engines
+    test_engines_agreement left and starts none. ``profile_split`` on, as ``auto`` is on a CPU."""
+    from .engine_support import make_backend
+
+    backend = make_backend("vllm", engine_models["target"], {"max_engines": 3, "profile_split": "true"})
+    yield backend
+    backend.close()

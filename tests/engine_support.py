@@ -5,11 +5,15 @@ Switch every engine test to the trained tiny models by changing TINY_TARGET / TI
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -139,3 +143,23 @@ def other_tokenizer_drafter(out_dir: Path) -> str:
     model.save_pretrained(out)
     fast.save_pretrained(out)
     return str(out)
+
+
+# the shipped pair on vLLM through the CLI: test_fixtures (draft model) and test_eagle3 (EAGLE-3 head)
+SHIPPED_ON_VLLM = ["dataset=smoke", "dataset.categories=[coding,writing]", "max_new_tokens=32", "warmup_batches=0"]
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_pair_on_vllm():
+    """``speedbench run backend=vllm`` on the shipped target with the shipped draft model and the shipped
+    EAGLE-3 head, once per test session: one process, a two-job sweep, so the baseline engine starts
+    once for both (vLLM engines are the slow part). The cell table, every cell of both drafters."""
+    from speedbench.results import ResultsStore
+
+    root = Path(tempfile.mkdtemp(prefix="speedbench-vllm-shipped-"))
+    atexit.register(shutil.rmtree, root, True)
+    cmd = [sys.executable, "-m", "speedbench.cli", "run", "backend=vllm", "drafter=tiny_draft_small,tiny_eagle3",
+           *SHIPPED_ON_VLLM, f"results_dir={root}", "run_id=vllm-shipped", "-m"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return ResultsStore(root / "vllm-shipped").cells()

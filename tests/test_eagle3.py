@@ -201,14 +201,16 @@ def test_eagle3_refuses_a_head_for_another_target(tiny_target, tiny_draft, tmp_p
         build_drafter("eagle3", ctx, {"model": str(tmp_path / "h")})
 
 
+_SETTINGS = ["dataset=smoke", "dataset.categories=[coding,writing]", "max_new_tokens=32", "warmup_batches=0"]
+
+
 def _run_cli(tmp_path, run_id, *overrides):
     import subprocess
     import sys
 
     from speedbench.results import ResultsStore
 
-    cmd = [sys.executable, "-m", "speedbench.cli", "run", "drafter=tiny_eagle3", "dataset=smoke",
-           "dataset.categories=[coding,writing]", "max_new_tokens=32", "warmup_batches=0",
+    cmd = [sys.executable, "-m", "speedbench.cli", "run", "drafter=tiny_eagle3", *_SETTINGS,
            f"results_dir={tmp_path}", f"run_id={run_id}", *overrides]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -219,8 +221,12 @@ def _run_cli(tmp_path, run_id, *overrides):
 def test_vllm_runs_the_shipped_head_like_the_reference_engine(tmp_path):
     """vLLM (CPU, method eagle3) loads the shipped head, stays lossless, and accepts about as
     much as the reference engine does with the same head on the same prompts."""
+    from .engine_support import SHIPPED_ON_VLLM, shipped_pair_on_vllm
+
     ref = _run_cli(tmp_path, "torch")
-    vllm = _run_cli(tmp_path, "vllm", "backend=vllm")
+    vllm = shipped_pair_on_vllm()  # the session's one vLLM run of the shipped pair: the same prompts and settings
+    vllm = vllm[vllm.drafter == "tiny_eagle3"].set_index("category")
+    assert SHIPPED_ON_VLLM == _SETTINGS and set(vllm.backend) == {"vllm"} and set(vllm.method) == {"eagle3"}
     for cells in (ref, vllm):
         assert (cells.status == "ok").all()
         assert (cells.greedy_match_rate == 1.0).all()

@@ -2,7 +2,8 @@
 
 Same exported tiny models for every engine, fp32, greedy, the same 3 prompts (rendered by the
 same chat renderer), D=4, 32 new tokens with ignore_eos. Every engine runs once per config in
-a module-scoped fixture (vLLM engines start once each); the tests compare the records.
+a module-scoped fixture (vLLM engines start once each, on the session's vLLM backend); the tests
+compare the records.
 
 Tolerances (why):
 * target-as-its-own-drafter: AL = 1 + D exactly on every engine (each draft equals the
@@ -37,7 +38,9 @@ from speedbench.config import make_drafter
 from .engine_support import D, generate, make_backend
 
 pytestmark = pytest.mark.engine
-CONFIGS = ("baseline", "ngram", "self", "draft")
+# baseline before self (its profiled split reads the baseline's verify time at the same B); ngram first,
+# so the session backend's three engine slots end with baseline, self and draft (test_timing_split reuses two)
+CONFIGS = ("ngram", "baseline", "self", "draft")
 ENGINES = ("torch", "vllm", "hf")
 
 
@@ -47,11 +50,9 @@ def _method(config, models):
 
 
 @pytest.fixture(scope="module")
-def vllm(engine_models):
-    # the profiler pass is opt-in next to the runner timers: both run here, so both are checked
-    backend = make_backend("vllm", engine_models["target"], {"max_engines": 2, "profile_split": "true"})
-    yield backend
-    backend.close()
+def vllm(vllm_backend):
+    # the session's vLLM backend (conftest.py): the profiler pass runs next to the runner timers, so both are checked
+    return vllm_backend
 
 
 @pytest.fixture(scope="module")

@@ -264,19 +264,14 @@ def test_cli_compares_a_rebuild_with_the_shipped_files(tmp_path, capsys):
 
 
 @pytest.mark.engine
-def test_vllm_loads_the_shipped_pair_as_target_and_draft_model(tmp_path):
-    """vLLM (CPU) serves the shipped target with the shipped drafter as draft_model, losslessly."""
-    import subprocess
-    import sys
+def test_vllm_loads_the_shipped_pair_as_target_and_draft_model():
+    """vLLM (CPU) serves the shipped target with the shipped drafter as draft_model, losslessly
+    (the session's one vLLM run of the shipped pair, tests/engine_support.py)."""
+    from .engine_support import shipped_pair_on_vllm
 
-    from speedbench.results import ResultsStore
-
-    cmd = [sys.executable, "-m", "speedbench.cli", "run", "backend=vllm", "drafter=tiny_draft_small",
-           "dataset=smoke", "dataset.categories=[coding]", "max_new_tokens=16", "warmup_batches=0",
-           f"results_dir={tmp_path}", "run_id=vllm-fixtures"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = ResultsStore(tmp_path / "vllm-fixtures").cells()
-    assert (cells.status == "ok").all()
+    cells = shipped_pair_on_vllm()
+    cells = cells[cells.drafter == "tiny_draft_small"]
+    assert sorted(cells.category) == ["all", "coding", "writing"] and set(cells.method) == {"draft_model"}
+    assert (cells.status == "ok").all() and set(cells.backend) == {"vllm"}
     assert (cells.greedy_match_rate == 1.0).all()
     assert (cells.al > 1.0).all()  # a trained drafter is accepted sometimes

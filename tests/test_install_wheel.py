@@ -1,14 +1,16 @@
 """A non-editable install: build the wheel, install it into a fresh venv, run from an empty folder.
 
-The venv sees the system's packages (torch, transformers, vLLM are not reinstalled) but the
-wheel is installed into the venv itself, so ``speedbench`` is imported from there: the shipped
-configs, gate tolerances and prompt sets must come from inside the package.
+The venv sees the packages of the environment running the tests (torch, transformers, vLLM are
+not reinstalled), whether that is the system interpreter or a virtual environment, but the wheel
+is installed into the venv itself, so ``speedbench`` is imported from there: the shipped configs,
+gate tolerances and prompt sets must come from inside the package.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -33,6 +35,23 @@ def _check(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return proc
 
 
+def _site_dirs() -> list[str]:
+    """The site-packages folders of the interpreter running the tests (in a venv: the venv's, and the
+    base interpreter's when the venv includes them)."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return [d for d in dict.fromkeys(dirs) if d in sys.path and Path(d).is_dir()]
+
+
+def _see_this_environment(py: Path) -> None:
+    """A ``.pth`` in the new venv listing this environment's site-packages, after the venv's own: its
+    packages resolve, but not this environment's ``.pth`` files (an editable speedbench stays out).
+    ``venv --system-site-packages`` would give the base interpreter's packages instead, which lack
+    everything installed into a venv that runs the tests."""
+    own = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    (Path(own) / "speedbench-test-env.pth").write_text("".join(f"{d}\n" for d in _site_dirs()))
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel")
@@ -43,8 +62,9 @@ def installed(tmp_path_factory):
                           capture_output=True, text=True, timeout=600, env=_env()))
     (wheel,) = dist.glob("speedbench-*.whl")
     venv = root / "venv"
-    _check(subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], capture_output=True, text=True, timeout=300))
+    _check(subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300))
     py = venv / "bin" / "python"
+    _see_this_environment(py)
     _check(subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
                           capture_output=True, text=True, timeout=600, env=_env()))
     return {"wheel": wheel, "python": py, "speedbench": venv / "bin" / "speedbench", "venv": venv}

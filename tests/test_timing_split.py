@@ -123,15 +123,12 @@ def test_cost_surface_experiment_marks_cells_synthetic_and_hits_the_forced_al(tm
 
 # ---- real engines ------------------------------------------------------------------------------
 @pytest.mark.engine
-def test_vllm_cells_get_draft_verify_split_and_prediction(engine_models):
-    from .engine_support import generate, make_backend
+def test_vllm_cells_get_draft_verify_split_and_prediction(engine_models, vllm_backend):
+    from .engine_support import generate
 
-    backend = make_backend("vllm", engine_models["target"], {"max_engines": 2})
-    try:
-        base = generate(backend, "none", batch_size=3)
-        spec = generate(backend, "draft_model", engine_models["draft"], batch_size=3)
-    finally:
-        backend.close()
+    # the session's vLLM backend: its baseline and draft-model engines are up when test_engines_agreement ran
+    base = generate(vllm_backend, "none", batch_size=3)
+    spec = generate(vllm_backend, "draft_model", engine_models["draft"], batch_size=3)
     for run in (base, spec):
         assert run.extra["timing_source"] == "vllm-runner-timers:measured-pass"
         timed = run.extra["timed_split"]

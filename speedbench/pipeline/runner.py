@@ -14,6 +14,7 @@ from pathlib import Path
 from collections import OrderedDict
 from dataclasses import replace
 
+from .. import slurm
 from ..backends.base import BACKENDS, Backend, GenerateOutput, GenerateSpec
 from ..config import DrafterConfig, RunConfig
 from ..loggers import build_logger
@@ -255,7 +256,7 @@ def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> Ce
     length, the batch actually formed, and what happened to over-long prompts."""
     config = provenance.redact(run)
     config.pop("logger", None)
-    extra = {**cell.extra, "config": config}
+    extra = {**cell.extra, "config": config, "measured_on": slurm.where()}  # node, Slurm job and array task
     ran = min(run.batch_size, len(reqs)) if reqs else -1
     if 0 < ran < run.batch_size:
         extra["batch_size_note"] = f"only {len(reqs)} prompt(s) in this cell: batches of {ran}, not batch_size={run.batch_size}"

@@ -91,6 +91,16 @@ def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
     return problems
 
 
+def unfinished_job(exc: BaseException) -> str | None:
+    """The one line for submitit's "a job ended without a result" (``scancel``, a node failure,
+    timed out too often), raised in the launching process; None for any other exception."""
+    if type(exc).__name__ != "UncompletedJobError":
+        return None
+    lines = [line.strip() for line in str(exc).splitlines()[:2] if line.strip()]
+    return (f"a job of the sweep ended without a result ({' '.join(lines) or 'no detail'}); "
+            "rerun the same command to resume: finished cells are kept")
+
+
 @dataclass(frozen=True)
 class SweepVerdict:
     root: str

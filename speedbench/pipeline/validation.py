@@ -85,7 +85,9 @@ def check_settings(run) -> list[str]:
     _check_number(p, "batch_size", run.batch_size, 1, integer=True)
     _check_number(p, "max_new_tokens", run.max_new_tokens, 1, integer=True)
     _check_number(p, "warmup_batches", run.warmup_batches, 0, integer=True)
-    _check_number(p, "n_gpus", run.n_gpus, 1, integer=True)
+    _check_number(p, "n_gpus", run.n_gpus, 0, integer=True)
+    if run.n_gpus == 0 and str(run.backend.device).lower().startswith("cuda"):
+        p.append(f"n_gpus=0: backend.device={run.backend.device} runs on GPUs; n_gpus counts them (>= 1)")
     _check_number(p, "drafter.num_speculative_tokens", d.num_speculative_tokens, 0, integer=True)
     if d.method == "none" and d.num_speculative_tokens != 0:
         p.append("drafter.num_speculative_tokens must be 0 for drafter.method=none")

