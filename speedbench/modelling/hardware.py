@@ -52,7 +52,9 @@ def get(name: str) -> Hardware:
     if key == "cpu":
         return calibrate_cpu()
     if key not in HARDWARE:
-        raise KeyError(f"unknown hardware {name!r}; known: {sorted(HARDWARE) + ['cpu']}")
+        from ..console import UsageError
+
+        raise UsageError(f"--hardware {name!r}: unknown hardware; known: {', '.join(sorted(HARDWARE) + ['cpu'])}")
     return HARDWARE[key]
 
 
