@@ -289,8 +289,18 @@ def _is_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _redacted_traceback(kind, value, tb) -> None:
+    """``sys.excepthook``: an unexpected error's traceback, redacted (its messages may quote a secret)."""
+    import traceback
+
+    from .redact import redact_text
+
+    sys.stderr.write(redact_text("".join(traceback.format_exception(kind, value, tb))))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    sys.excepthook = _redacted_traceback
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:

@@ -155,16 +155,42 @@ def redact(obj: Any) -> Any:
 
 
 def redact_file(path: Path) -> None:
-    """Rewrite a text file in place, redacted (Hydra's config/overrides/log files)."""
+    """Rewrite a text file, redacted (Hydra's config/overrides/log files).
+
+    The redacted copy replaces the file atomically. When that copy cannot be written (a full
+    disk, a file size limit), the file is rewritten in place (truncated first, which frees its
+    space); when even that fails it is deleted. A secret-bearing file never stays, and no
+    ``.redact.tmp`` is left behind.
+    """
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return
     clean = redact_text(text)
-    if clean != text:
-        tmp = path.with_name(f".{path.name}.redact.tmp")
+    if clean == text:
+        return
+    tmp = path.with_name(f".{path.name}.redact.tmp")
+    try:
         tmp.write_text(clean, encoding="utf-8", errors="surrogateescape")
         os.replace(tmp, path)
+        return
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    try:
+        path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        return
+    except OSError as exc:
+        logging.getLogger(__name__).warning("could not write %s redacted (%s): deleted it", path, exc)
+    try:
+        path.unlink()
+    except OSError:  # truncate at least: the secret goes with the text
+        try:
+            os.truncate(path, 0)
+        except OSError:
+            pass
 
 
 def redact_tree(root: Path, suffixes=(".yaml", ".yml", ".log", ".json", ".txt")) -> None:

@@ -121,3 +121,45 @@ def test_named_environment_secrets_are_redacted_in_any_text(monkeypatch):
     assert not any(v in text for v in NAMED_ENV.values()) and "DbUrlPw-99kk" not in text
     monkeypatch.setenv("PWD", "/home/someone/work")
     assert redact.redact_text("cwd /home/someone/work") == "cwd /home/someone/work"  # the working directory is kept
+
+
+def test_redaction_cannot_be_skipped_by_a_failing_write(tmp_path):
+    """A full disk at start: the redacted copy of .hydra/*.yaml cannot be written (here a real
+    write failure, EFBIG, from a file-size limit); the secret must still not stay on disk."""
+    hydra = tmp_path / ".hydra"
+    hydra.mkdir()
+    (hydra / "config.yaml").write_text("x: 1\n" * 2000 + f"api_key: {OVERRIDE_SECRET}\n")  # over the limit
+    (hydra / "overrides.yaml").write_text(f"- +backend.options.api_key={OVERRIDE_SECRET}\n")  # under it
+    code = ("import resource, signal, sys; from pathlib import Path; from speedbench import redact; "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); "
+            "redact.redact_tree(Path(sys.argv[1]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(hydra)], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    left = sorted(p.name for p in hydra.iterdir())
+    assert not any(name.endswith(".redact.tmp") for name in left), left
+    assert all(OVERRIDE_SECRET not in p.read_text() for p in hydra.iterdir())
+    assert "<redacted>" in (hydra / "overrides.yaml").read_text()  # what could be rewritten was
+
+
+def test_hydra_error_line_of_a_failed_job_is_redacted(capsys):
+    """Hydra prints "Error executing job with overrides: [...]" for any uncaught exception in a
+    job, on sys.stderr, which `speedbench run` holds and passes on redacted."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from speedbench.console import HeldStderr
+
+    held = HeldStderr(sys.stderr)
+    held.release()
+    job = JobReturn(overrides=[f"+backend.options.api_key={OVERRIDE_SECRET}", "x=http://u:" + URL_PASSWORD + "@h/v1"],
+                    status=JobStatus.FAILED)
+    job.return_value = RuntimeError("boom")
+    real, sys.stderr = sys.stderr, held
+    try:
+        with pytest.raises(RuntimeError):
+            job.return_value
+    finally:
+        sys.stderr = real
+    err = capsys.readouterr().err
+    assert "Error executing job with overrides" in err
+    assert OVERRIDE_SECRET not in err and URL_PASSWORD not in err
