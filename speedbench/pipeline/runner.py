@@ -244,6 +244,8 @@ def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> Ce
         extra["prompt_token_limit"] = prepared.limit
         extra["prompts_skipped"] = sum(1 for cat, _ in prepared.skipped.values() if not run.per_category or cat == cell.category)
         extra["prompts_truncated"] = len(ids & set(prepared.truncated))
+        if prepared.escaped:
+            extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
     return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran)
 
 
