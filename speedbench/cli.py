@@ -120,6 +120,7 @@ def _run_app(argv: list[str], own: dict) -> int:
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
     from . import run_output
     from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
+    from .launchers import SweepStopped
     from .pipeline.sweeps import SweepChecked, SweepRefused
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
@@ -196,6 +197,10 @@ def _run_app(argv: list[str], own: dict) -> int:
         sys.stderr = gate.real
         print(f"speedbench run --check: ok ({exc.n_jobs} jobs; nothing loaded, nothing written)")
         return 0
+    except SweepStopped as exc:  # SIGTERM/SIGINT to a submitit sweep: every job it launched was cancelled
+        sys.stderr = gate.real
+        print(f"speedbench run: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
         sys.stderr = gate.real
         _refuse(str(exc.error))
