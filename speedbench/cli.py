@@ -234,6 +234,9 @@ def _run_app(argv: list[str], own: dict) -> int:
         _refuse(error_line(exc) if not held.strip() else _hydra_error_line(held))
         return 2
     finally:
+        from .pipeline.runner import close_backends
+
+        close_backends()  # engines stop in order (vLLM: no "engine core exited unexpectedly" at exit)
         release_stderr()
         sys.stderr = gate.real
         if full_error is None:

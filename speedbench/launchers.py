@@ -4,8 +4,8 @@ Both (``hydra_plugins.speedbench_launchers``: Hydra takes launchers only from th
 hydra-submitit-launcher plugin's launchers with :class:`Stoppable`'s ``launch``, which takes care
 of two faults (the job side, ``__call__``, is the plugin's own):
 
-* Stopping a sweep stops its jobs. While the launching process waits for its jobs, SIGTERM,
-  SIGINT and SIGHUP cancel every job it submitted through submitit's job objects
+* Stopping a sweep stops its jobs. While the launching process waits for its jobs, SIGTERM and
+  SIGINT cancel every job it submitted through submitit's job objects
   (``Job.cancel``: a local job's controller gets SIGINT and stops its task, SIGKILL after 1 s;
   a Slurm job is ``scancel``-ed), wait (bounded) until the local ones have exited, and end the
   launcher with exit status 128 + the signal (:class:`SweepStopped`).
@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 
 log = logging.getLogger(__name__)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # not SIGHUP: a closed login shell leaves a Slurm sweep running
 STOP_WAIT_S = 30.0  # how long a stopped sweep waits for its local jobs to exit
 
 
