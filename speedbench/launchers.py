@@ -73,7 +73,7 @@ class Stoppable:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import filter_overrides
 
-        from .redact import redact_text
+        from .redact import redact_text, redact_tree
 
         folder, private = self._submitit_folder()
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -85,12 +85,14 @@ class Stoppable:
             calls.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         jobs: list = []
         try:
-            with _stop_signals(jobs):
+            with _stop_signals(jobs) as stop:
                 with _stderr_to(private / "controllers.log" if private else None):  # a cancelled controller's traceback
                     jobs.extend(self._executor(folder).map_array(self, *zip(*calls)))
+                stop.arm()  # a signal during the submission acts now, when every job is known
                 return [job.results()[0] for job in jobs]
         finally:
             _forget_pickles(jobs, private, str(self.params["submitit_folder"]))
+            redact_tree(sweep_dir)  # multirun.yaml and the jobs' Hydra files, also when stopped before a job ran
 
 
 class _StopRequested(BaseException):
@@ -103,9 +105,18 @@ class _stop_signals:
 
     def __init__(self, jobs: list) -> None:
         self.jobs, self.saved = jobs, {}
+        self.armed, self.pending = False, None
 
     def _handler(self, signum, frame) -> None:
+        if not self.armed:  # still submitting: the job list is not known yet
+            self.pending = signum
+            return
         raise _StopRequested(signum)
+
+    def arm(self) -> None:
+        self.armed = True
+        if self.pending is not None:
+            raise _StopRequested(self.pending)
 
     def __enter__(self):
         for sig in STOP_SIGNALS:
