@@ -264,16 +264,17 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
     return problems, prepared
 
 
-def check_control(run, requests) -> tuple[list[str], list, set[str]]:
+def check_control(run, requests, target_cfg) -> tuple[list[str], list, set[str]]:
     """Prompts holding a control string of the target's tokenizer: refused (one line naming the
-    first, with its file and line), escaped or kept per ``dataset.control_tokens``."""
+    first, with its file and line), escaped or kept per ``dataset.control_tokens``. A target known
+    only as a hub id (``target_cfg`` None) is not looked up: validation never reaches the network."""
     from dataclasses import replace
 
     from ..data import control
     from ..models import load_tokenizer
 
     mode = run.dataset.control_tokens
-    if mode not in ("refuse", "escape") or run.backend.name not in MODEL_BACKENDS:
+    if mode not in ("refuse", "escape") or run.backend.name not in MODEL_BACKENDS or target_cfg is None:
         return [], requests, set()
     t = run.target
     try:
@@ -330,7 +331,7 @@ def prepare(run) -> Prepared:
         problems.append(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
     if problems:
         raise ConfigError(problems)
-    control_problems, requests, escaped = check_control(run, requests)
+    control_problems, requests, escaped = check_control(run, requests, target_cfg)
     if control_problems:
         raise ConfigError(control_problems)
     prompt_problems, prepared = check_prompts(run, requests, target_cfg)
