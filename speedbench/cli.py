@@ -120,6 +120,7 @@ def _run_app(argv: list[str], own: dict) -> int:
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
     from . import run_output
     from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
+    from .launchers import SweepStopped
     from .pipeline.sweeps import SweepChecked, SweepRefused, unfinished_job
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
@@ -200,6 +201,10 @@ def _run_app(argv: list[str], own: dict) -> int:
         sys.stderr = gate.real
         print(f"speedbench run --check: ok ({exc.n_jobs} jobs; nothing loaded, nothing written)")
         return 0
+    except SweepStopped as exc:  # SIGTERM/SIGINT to a submitit sweep: every job it launched was cancelled
+        sys.stderr = gate.real
+        print(f"speedbench run: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
         sys.stderr = gate.real
         _refuse(str(exc.error))
@@ -237,6 +242,9 @@ def _run_app(argv: list[str], own: dict) -> int:
         _refuse(error_line(exc) if not held.strip() else _hydra_error_line(held))
         return 2
     finally:
+        from .pipeline.runner import close_backends
+
+        close_backends()  # engines stop in order (vLLM: no "engine core exited unexpectedly" at exit)
         release_stderr()
         sys.stderr = gate.real
         if full_error is None:
@@ -297,8 +305,18 @@ def _is_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _redacted_traceback(kind, value, tb) -> None:
+    """``sys.excepthook``: an unexpected error's traceback, redacted (its messages may quote a secret)."""
+    import traceback
+
+    from .redact import redact_text
+
+    sys.stderr.write(redact_text("".join(traceback.format_exception(kind, value, tb))))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    sys.excepthook = _redacted_traceback
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     quiet_third_party()
     try:

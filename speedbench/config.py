@@ -118,6 +118,7 @@ class DatasetConfig:
     column_map: dict[str, str] = field(default_factory=dict)
     max_prompt_tokens: Optional[int] = None  # None: the target's context - max_new_tokens - D (chat-templated)
     on_too_long: str = "error"  # error | skip | truncate: a prompt over the limit
+    control_tokens: str = "refuse"  # refuse | escape | keep: prompt text holding the tokenizer's control strings
 
 
 @dataclass

@@ -114,7 +114,8 @@ def engine_log(results_root: Path, name: str) -> Path | None:
 
 class HeldStderr:
     """stderr that holds what is written until released (so Hydra's multi-line error reports can
-    become one line), then passes everything through."""
+    become one line), then passes everything through, redacted (Hydra's own lines quote the
+    overrides: a sweep's ``#0 : ...`` list, "Error executing job with overrides: [...]")."""
 
     def __init__(self, real) -> None:
         self.real = real
@@ -122,7 +123,10 @@ class HeldStderr:
 
     def write(self, text: str) -> int:
         if self._held is None:
-            return self.real.write(text)
+            from .redact import redact_text
+
+            self.real.write(redact_text(text))
+            return len(text)
         self._held.append(text)
         return len(text)
 
@@ -133,7 +137,9 @@ class HeldStderr:
 
     def release(self) -> None:
         if self._held is not None:
-            self.real.write(self.take())
+            from .redact import redact_text
+
+            self.real.write(redact_text(self.take()))
 
     def __getattr__(self, name: str):
         return getattr(self.real, name)

@@ -2,13 +2,18 @@
 
 What counts as a secret:
 
-* the value (not a float) under a key whose name has a credential word as one of its
-  ``_``/``-``/``.`` separated parts (key, apikey, token, secret, password, passwd, pwd, auth,
-  authorization, credential(s), bearer, cookie, session, signature, sig) - so ``endpoint_auth``
-  and ``api_key`` are secrets, ``max_new_tokens`` and ``tokenizer`` are not; a credential word
-  after ``per`` or before a measurement word (``chars_per_token``, ``token_match_rate``,
-  ``prompt_token_limit``, ``first_token_timeout_s``) is not; names ending in ``_env`` name an
-  environment variable and are kept;
+* the value (not a float) under a key whose name is a secret name (:func:`is_secret_name`, the
+  same rule for config keys and environment variables, case-insensitive): one of its
+  ``_``/``-``/``.`` separated parts is a credential word (key, apikey, token, secret, password,
+  passwd, passphrase, pass, pwd, pat, auth, authorization, credential(s), bearer, cookie, session,
+  signature, sig, privatekey), or a part *ends* with a credential word of five letters or more
+  written without a separator (``APITOKEN``, ``CLIENTSECRET``, ``PGPASSWORD``), or the name is a
+  connection string (``DATABASE_URL``, ``DB_URL``, ``*_DSN``, ``connection_string``) - so
+  ``endpoint_auth``, ``api_key``, ``MYSQL_PWD``, ``DB_PASS`` and ``GITHUB_PAT`` are secrets,
+  ``max_new_tokens`` and ``tokenizer`` are not; a credential word after ``per`` or before a
+  measurement word (``chars_per_token``, ``token_match_rate``, ``prompt_token_limit``,
+  ``first_token_timeout_s``) is not; names ending in ``_env`` name an environment variable and
+  are kept, and so are ``PWD``/``OLDPWD`` (the shell's working directory);
 * in any string: URL userinfo (``scheme://user:PASSWORD@host``), URL query parameters and
   ``name=value`` / ``name: value`` pairs whose name is a credential name, ``Bearer ...``,
   strings shaped like API keys (``sk-``, ``hf_``, ``ghp_``, JWTs ...);
@@ -27,9 +32,15 @@ from typing import Any
 
 REDACTED = "<redacted>"
 SECRET_WORDS = frozenset({
-    "key", "apikey", "token", "secret", "secrets", "password", "passwd", "auth", "authorization",
-    "credential", "credentials", "bearer", "cookie", "session", "signature", "sig", "privatekey",
+    "key", "apikey", "token", "secret", "secrets", "password", "passwd", "passphrase", "pass", "pwd", "pat",
+    "auth", "authorization", "credential", "credentials", "bearer", "cookie", "session", "signature", "sig",
+    "privatekey",
 })
+# compound words without a separator (APITOKEN, CLIENTSECRET, PGPASSWORD): a part ending in one of
+# these; the short words (key, pat, pwd, pass, sig, auth) only as whole parts (monkey, compass stay)
+SUFFIX_WORDS = tuple(sorted((w for w in SECRET_WORDS if len(w) >= 5), key=len, reverse=True))
+CONNECTION_NAMES = frozenset({"database_url", "db_url", "dsn", "database_dsn", "db_dsn", "connection_string",
+                              "conn_string", "connection_uri", "database_uri", "db_uri"})
 _PARTS = re.compile(r"[_\-.\s]+")
 _NAME = r"[A-Za-z0-9_.\-]*"
 _VALUE_SHAPES = re.compile(r"\b(sk-|hf_|ghp_|gho_|ghs_|github_pat_|xox[bap]-|eyJ)[A-Za-z0-9_\-.]{8,}")
@@ -49,7 +60,7 @@ NOT_CREDENTIAL_AFTER = frozenset({"rate", "limit", "limits", "timeout", "count",
                                   "frac", "fraction", "ratio", "match", "ms", "budget", "total", "id", "ids", "type",
                                   "types", "dir", "path", "file", "name", "names", "env"})
 NOT_SECRET = frozenset({"full_key", "sort_key", "cache_key", "primary_key", "foreign_key", "key_type", "keys",
-                        "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir"})
+                        "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir", "pwd", "oldpwd"})
 
 
 def is_secret_name(name: Any) -> bool:
@@ -64,9 +75,11 @@ def _is_secret_name(name: str) -> bool:
     leaf = text.rsplit(".", 1)[-1]
     if leaf in NOT_SECRET:
         return False
+    if leaf.replace("-", "_") in CONNECTION_NAMES or leaf.endswith(("_database_url", "_dsn", "_db_url")):
+        return True
     parts = [p for p in _PARTS.split(leaf) if p]
     for i, part in enumerate(parts):
-        if part not in SECRET_WORDS:
+        if part not in SECRET_WORDS and not part.endswith(SUFFIX_WORDS):
             continue
         after = parts[i + 1] if i + 1 < len(parts) else ""
         if (i > 0 and parts[i - 1] == "per") or after in NOT_CREDENTIAL_AFTER:
@@ -142,16 +155,42 @@ def redact(obj: Any) -> Any:
 
 
 def redact_file(path: Path) -> None:
-    """Rewrite a text file in place, redacted (Hydra's config/overrides/log files)."""
+    """Rewrite a text file, redacted (Hydra's config/overrides/log files).
+
+    The redacted copy replaces the file atomically. When that copy cannot be written (a full
+    disk, a file size limit), the file is rewritten in place (truncated first, which frees its
+    space); when even that fails it is deleted. A secret-bearing file never stays, and no
+    ``.redact.tmp`` is left behind.
+    """
     try:
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return
     clean = redact_text(text)
-    if clean != text:
-        tmp = path.with_name(f".{path.name}.redact.tmp")
+    if clean == text:
+        return
+    tmp = path.with_name(f".{path.name}.redact.tmp")
+    try:
         tmp.write_text(clean, encoding="utf-8", errors="surrogateescape")
         os.replace(tmp, path)
+        return
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    try:
+        path.write_text(clean, encoding="utf-8", errors="surrogateescape")
+        return
+    except OSError as exc:
+        logging.getLogger(__name__).warning("could not write %s redacted (%s): deleted it", path, exc)
+    try:
+        path.unlink()
+    except OSError:  # truncate at least: the secret goes with the text
+        try:
+            os.truncate(path, 0)
+        except OSError:
+            pass
 
 
 def redact_tree(root: Path, suffixes=(".yaml", ".yml", ".log", ".json", ".txt")) -> None:

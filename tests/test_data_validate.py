@@ -164,3 +164,13 @@ def test_cli_subcommands_registered(tmp_path, capsys):
     assert speedbench_main(["data", "validate", str(good)]) == 0  # wired into the main CLI
     assert parser.parse_args(["data", "build", "--tokenizer", "t", "--preset", "full"]).data_command == "build"
     assert cli.run(["validate", str(good)]) == 0
+
+
+def test_data_validate_reports_control_strings_in_prompt_text(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "c.jsonl", [GOOD, {**GOOD, "question_id": "q2", "turns": ["say <|eos|> now"]}])
+    assert main_validate([str(path), "--tokenizer", "builtin:tiny-target"]) == 1
+    out = capsys.readouterr().out
+    assert f"{path}:2: turns[0]: contains '<|eos|>'" in out
+    assert main_validate([str(path)]) == 1  # no tokenizer: the <|name|> shape of chat-template markers
+    assert "'<|eos|>'" in capsys.readouterr().out
+    assert main_validate([str(path), "--control-tokens", "keep"]) == 0

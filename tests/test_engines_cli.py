@@ -38,5 +38,7 @@ def test_speedbench_run_backend_vllm(tmp_path):
     # quiet in a log: the engine's profiler tables and per-step lines go to the run folder
     both = proc.stdout + proc.stderr
     assert "Self CPU" not in both and "\r" not in both, both[-3000:]
+    # the engines are shut down in order at the end, not found dead or leaking at interpreter exit
+    assert "exited unexpectedly" not in both and "leaked shared_memory" not in both, both[-3000:]
     assert len(proc.stdout.splitlines()) < 20 and len(proc.stderr.splitlines()) < 40, both[-3000:]
     assert (tmp_path / "v" / "engine-logs" / "vllm.log").stat().st_size > 0

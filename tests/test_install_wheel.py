@@ -79,7 +79,8 @@ def test_the_wheel_carries_configs_prompts_and_models(installed):
     for name in ("speedbench/conf/config.yaml", "speedbench/conf/gate/ci.yaml", "speedbench/conf/dataset/smoke.yaml",
                  "speedbench/conf/experiment/ci_gate.yaml", "speedbench/datasets/smoke.jsonl",
                  "speedbench/datasets/qualitative.jsonl", "speedbench/datasets/filler/prose.txt",
-                 "speedbench/fixtures/models/MANIFEST.json", "speedbench/fixtures/models/tiny-target/config.json"):
+                 "speedbench/fixtures/models/MANIFEST.json", "speedbench/fixtures/models/tiny-target/config.json",
+                 "hydra_plugins/speedbench_launchers/__init__.py"):  # hydra/launcher=local|slurm
         assert name in names, name
     assert not any(n.startswith(("tests/", "conf/", "datasets/")) for n in names)
 

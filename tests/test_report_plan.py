@@ -47,3 +47,24 @@ def test_plan_fits_alpha_and_calibrates_from_results(tmp_path_factory, capsys):
     out = capsys.readouterr().out
     assert "NOT applied" in out  # measured on 'synthetic', planning h200
     assert "B=1:" in out
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--alpha", "1.5"], "--alpha '1.5'"),
+    (["--alpha", "nan"], "--alpha 'nan'"),
+    (["--alpha", "1"], "[0, 1)"),
+    (["--alpha", "ngram=0.5,eagel3=0.8"], "'eagel3' is not a mechanism being planned"),
+    (["--batch", "-4"], "--batch '-4'"),
+    (["--batch", "x"], "--batch 'x'"),
+    (["--hardware", "nope"], "known: a100-80gb"),
+    (["--context", "-5000"], "--context -5000"),
+    (["--context", "nan"], "--context nan"),
+    (["--d-max", "0"], "--d-max 0"),
+])
+def test_plan_refuses_impossible_inputs_in_one_line(argv, named, capsys):
+    assert main(["plan", "--model-shape", "llama-3.1-8b", "--mechanisms", "ngram,eagle3", *argv]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and named in out.err and len(out.err.strip().splitlines()) == 1

@@ -46,3 +46,17 @@ def test_help_lists_the_new_subcommands(capsys):
     out = capsys.readouterr().out
     for name in ("report", "plan", "microbench", "round"):
         assert name in out
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["--verify-ms", "0", "--draft-ms", "0"], "cannot be computed"),
+    (["-D", "0", "--accepted", "0", "--verify-ms", "0"], "cannot be computed"),
+    (["--target-ms", "nan"], "--target-ms nan"),
+    (["--target-ms", "inf"], "--target-ms inf"),
+    (["--verify-ms", "inf"], "--verify-ms inf"),
+])
+def test_impossible_rounds_are_refused_in_one_line(argv, named, capsys):
+    assert main(["round", *argv]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # never "nanx" or "infx -> speculation pays"
+    assert named in out.err and len(out.err.strip().splitlines()) == 1

@@ -23,10 +23,12 @@ def test_submitit_local_jobs_share_one_results_folder(tmp_path):
     cells = ResultsStore(root).cells()
     assert len(cells) == 2 and sorted(cells.status) == ["failed", "ok"]
     assert set(cells.run_id) == {root.name}
-    # two submitit jobs, each its own process (its own job folder and log)
+    # two submitit jobs, each its own process (its own job folder and log); submitit's pickles (the
+    # run's config, secrets included) stayed in a private temporary folder, removed afterwards
     jobs = [p for p in (root / ".hydra" / ".submitit").iterdir() if p.is_dir() and not p.name.startswith("%")]
     assert len(jobs) == 2
-    assert all(any(j.glob("*_result.pkl")) for j in jobs)
+    assert all(any(j.glob("*_log.out")) for j in jobs)
+    assert not list(root.rglob("*.pkl"))
     # the broken job is 100% failed on its own; over the sweep 1 of 2 = 50% is allowed
     assert "1 of 2 cells failed (50%), within" in proc.stdout
     assert json.loads((root / "provenance.json").read_text())["config"]["run_id"] == root.name

@@ -190,3 +190,41 @@ def test_data_validate_reports_bad_utf8_and_lone_surrogates(tmp_path):
     run.dataset.path, run.dataset.n_requests = str(bad), None
     with pytest.raises(validation.ConfigError, match="lone surrogate"):
         validation.prepare(run)
+
+
+def test_control_strings_in_prompt_text_are_refused_escaped_or_kept(tmp_path):
+    """`<|eos|>` / `<|assistant|>` in a prompt would become the tokenizer's control tokens."""
+    import copy
+
+    from speedbench.data.control import ZERO_WIDTH
+    from speedbench.models import load_tokenizer
+
+    prompts = tmp_path / "p.jsonl"
+    text = "Stop here <|eos|> then <|assistant|> speak"
+    prompts.write_text(json.dumps({"question_id": "a", "category": "coding", "turns": ["plain"]}) + "\n"
+                       + json.dumps({"question_id": "b", "category": "coding", "turns": [text]}) + "\n")
+    run = make_run(tmp_path / "results", "ctl", categories=("coding",), max_new_tokens=8)
+    run.target.path, run.dataset.path, run.dataset.n_requests = "builtin:tiny-target", str(prompts), None
+
+    def mode(name):
+        r = copy.deepcopy(run)
+        r.dataset.control_tokens = name
+        return r
+
+    with pytest.raises(validation.ConfigError, match=rf"{prompts}:2: turns\[0\]: prompt 'b' contains '<\|eos\|>'"):
+        validation.prepare(run)  # the default: refuse
+    tok = load_tokenizer("builtin:tiny-target")
+    specials = set(tok.all_special_ids)
+    escaped = validation.prepare(mode("escape"))
+    turn = escaped.requests[1].turns[0]
+    assert escaped.escaped == {"b"} and ZERO_WIDTH in turn and turn.replace(ZERO_WIDTH, "") == text
+    assert not specials & set(tok(turn, add_special_tokens=False)["input_ids"])  # plain text now
+    assert specials & set(tok(text, add_special_tokens=False)["input_ids"])  # as it was: control tokens
+    kept = validation.prepare(mode("keep"))
+    assert kept.requests[1].turns[0] == text and not kept.escaped
+    with pytest.raises(validation.ConfigError, match="dataset.control_tokens='nope'"):
+        validation.prepare(mode("nope"))
+    from speedbench.pipeline.cells import dataset_identity
+
+    assert dataset_identity(mode("keep").dataset) == dataset_identity(run.dataset)  # old folders keep their cell ids
+    assert dataset_identity(mode("escape").dataset) != dataset_identity(run.dataset)  # escaped prompts differ

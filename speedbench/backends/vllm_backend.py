@@ -443,10 +443,17 @@ def _engine_args_have(name: str) -> bool:
         return False
 
 
+ENGINE_SHUTDOWN_S = 60.0  # vLLM's default (5 s) force-kills a busy engine process: warnings, leaked shared memory
+
+
 def _shutdown(llm) -> None:
-    """Stop an engine's worker processes now rather than at garbage collection."""
+    """Stop an engine's worker processes now rather than at garbage collection, giving them the
+    time to exit by themselves."""
     try:
-        llm.llm_engine.engine_core.shutdown()
+        try:
+            llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_S)
+        except TypeError:  # a vLLM whose shutdown takes no timeout
+            llm.llm_engine.engine_core.shutdown()
     except Exception:  # pragma: no cover - best effort
         log.debug("vllm: engine shutdown raised", exc_info=True)
     del llm

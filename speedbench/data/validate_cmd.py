@@ -32,6 +32,10 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=None, help="report prompts longer than this (needs --tokenizer)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer used to count prompt tokens: builtin:NAME, random:PRESET, a folder or a hub id")
     parser.add_argument("--category", action="append", default=[], help="also accept this category (repeatable)")
+    parser.add_argument("--control-tokens", choices=("refuse", "escape", "keep"), default="refuse",
+                        help="prompt text holding the tokenizer's control strings (<|eos|>, ...; without --tokenizer: "
+                        "<|name|>-shaped strings): refuse = a problem (default); escape/keep = allowed, as "
+                        "dataset.control_tokens of `speedbench run`")
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -52,7 +56,8 @@ def run_validate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     status = 0
     for file in args.files:
-        issues, n_rows = validate_source_file(file, source, column_map, args.max_prompt_tokens, tokenizer, args.category)
+        issues, n_rows = validate_source_file(file, source, column_map, args.max_prompt_tokens, tokenizer, args.category,
+                                              getattr(args, "control_tokens", "refuse"))
         if issues:
             status = 1
             print(f"{file}: {len(issues)} problem(s)")
@@ -70,6 +75,7 @@ def validate_source_file(
     max_prompt_tokens: int | None = None,
     tokenizer: Any = None,
     extra_categories: Iterable[str] = (),
+    control_tokens: str = "refuse",
 ) -> tuple[list[Issue], int]:
     """Every problem in ``path`` read as ``dataset.source=source`` reads it in ``speedbench run``
     (the same loader, normalisation and extra categories); plus the number of records."""
@@ -85,6 +91,10 @@ def validate_source_file(
     categories = known_categories((*loader.extra_categories, *extra_categories))
     issues = issues + validate_rows(rows, categories=categories, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
                                     field_label=loader.field_label(spec))
+    if control_tokens == "refuse":  # the check `speedbench run` applies (dataset.control_tokens)
+        from .control import control_strings, row_issues
+
+        issues += row_issues(rows, control_strings(tokenizer) if tokenizer is not None else None, loader.field_label(spec))
     return issues, len(rows)
 
 

@@ -58,12 +58,19 @@ class Clock:
             slot[0].checkpoint(slot[1], progress)
 
 
+class LockstepStopped(BaseException):
+    """Raised in a lockstep pass's thread at its next iteration boundary once the caller stopped
+    waiting (Ctrl-C): no engine thread is left running torch when the interpreter exits (which
+    aborts with "terminate called without an active exception")."""
+
+
 class Lockstep:
     """Two jobs (``{role: callable}``), one thread each, taking turns at ``Clock.checkpoint``."""
 
     def __init__(self, first: str, second: str) -> None:
         self.roles = (first, second)
         self._cv = threading.Condition()
+        self._stop = False
         self._turn = first
         self._alive = {first, second}
         self._own = {first: 0.0, second: 0.0}
@@ -82,6 +89,8 @@ class Lockstep:
         self._progress[role] = self._calls[role] - 1.0
 
     def checkpoint(self, role: str, progress: float) -> None:
+        if self._stop:
+            raise LockstepStopped
         self._progress[role] = self._calls[role] - 1.0 + min(max(progress, 0.0), 1.0)
         other = self._partner(role)
         if other not in self._alive or self._progress[role] < self._progress[other]:
@@ -90,12 +99,18 @@ class Lockstep:
         with self._cv:
             self._turn = other
             self._cv.notify_all()
-            self._cv.wait_for(lambda: self._turn == role or other not in self._alive)
+            self._cv.wait_for(lambda: self._turn == role or other not in self._alive or self._stop)
+        if self._stop:
+            raise LockstepStopped
         self._since[role] = time.perf_counter()
 
     def _job(self, role: str, fn: Callable[[], Any], out: dict, errors: dict) -> None:
         with self._cv:
-            self._cv.wait_for(lambda: self._turn == role or self._partner(role) not in self._alive)
+            self._cv.wait_for(lambda: self._turn == role or self._partner(role) not in self._alive or self._stop)
+            if self._stop:  # stopped before its first turn
+                self._alive.discard(role)
+                self._cv.notify_all()
+                return
         _current.slot = (self, role)
         self._since[role] = time.perf_counter()
         try:
@@ -118,9 +133,18 @@ class Lockstep:
                                     name=f"speedbench-lockstep-{role}") for role in self.roles]
         for t in threads:
             t.start()
+        try:
+            with self._cv:  # not Thread.join: a join interrupted by Ctrl-C can forget its thread (bpo-45274)
+                while self._alive:
+                    self._cv.wait(0.5)  # wakes for KeyboardInterrupt
+        except BaseException:  # Ctrl-C: both passes stop at their next iteration boundary, then it propagates
+            with self._cv:
+                self._stop = True
+                self._cv.notify_all()
+                self._cv.wait_for(lambda: not self._alive, timeout=30)
+            raise
         for t in threads:
-            while t.is_alive():
-                t.join(0.5)  # wakes for KeyboardInterrupt
+            t.join()
         for role in self.roles:
             if role in errors:
                 raise errors[role]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from ..console import UsageError
+
 TFLOP = 1e12
 TB = 1e12
 GB = 1e9
@@ -45,6 +47,12 @@ HARDWARE: dict[str, Hardware] = {
 ALIASES = {"a100": "a100-80gb", "h100": "h100-sxm", "h100sxm": "h100-sxm", "h200-sxm": "h200", "l40": "l40s"}
 
 
+class UnknownHardware(UsageError, KeyError):
+    """A name not in the table: a usage error (one line, exit 2), and a ``KeyError`` for lookups."""
+
+    __str__ = Exception.__str__  # the message as it is, not KeyError's quoted repr
+
+
 def get(name: str) -> Hardware:
     """A table entry by name (case-insensitive, aliases allowed); ``cpu`` calibrates this machine."""
     key = name.strip().lower().replace(" ", "-")
@@ -52,7 +60,7 @@ def get(name: str) -> Hardware:
     if key == "cpu":
         return calibrate_cpu()
     if key not in HARDWARE:
-        raise KeyError(f"unknown hardware {name!r}; known: {sorted(HARDWARE) + ['cpu']}")
+        raise UnknownHardware(f"--hardware {name!r}: unknown hardware; known: {', '.join(sorted(HARDWARE) + ['cpu'])}")
     return HARDWARE[key]
 
 

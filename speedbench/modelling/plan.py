@@ -121,15 +121,48 @@ def calibrate_from_results(data, target: ModelShape, hw: Hardware, context: floa
 
 
 def _parse_alpha(text: str | None, mechanisms: tuple[str, ...]) -> dict[str, float]:
+    """``--alpha 0.8`` (every mechanism) or ``ngram=0.5,eagle3=0.8``; each alpha in [0, 1), each
+    mechanism one being planned. Raises ``ValueError`` naming the bad part."""
     if not text:
         return {}
     if "=" not in text:
-        return {"*": float(text)}
+        return {"*": _alpha_value(text, text)}
     out = {}
     for part in text.split(","):
         k, _, v = part.partition("=")
-        out[k.strip()] = float(v)
+        k = k.strip()
+        if k not in mechanisms:
+            raise ValueError(f"--alpha {part.strip()!r}: {k!r} is not a mechanism being planned "
+                             f"(planned: {', '.join(mechanisms)}; --mechanisms chooses them)")
+        out[k] = _alpha_value(v, part.strip())
     return out
+
+
+def _alpha_value(text: str, part: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--alpha {part!r}: not a number") from None
+    if not 0.0 <= value < 1.0:  # NaN fails too; alpha = 1 would make AL = D + 1 at every D
+        raise ValueError(f"--alpha {part!r}: alpha is a per-token acceptance probability, it must be in [0, 1)")
+    return value
+
+
+def _check_inputs(args: argparse.Namespace) -> tuple[int, ...]:
+    """The batch sizes; every numeric option in range. Raises ``ValueError`` naming the option."""
+    try:
+        batches = tuple(int(b) for b in str(args.batch).split(",") if b.strip())
+    except ValueError:
+        raise ValueError(f"--batch {args.batch!r}: comma-separated positive integers, e.g. 1,8,64") from None
+    if not batches or min(batches) < 1:
+        raise ValueError(f"--batch {args.batch!r}: every batch size must be >= 1")
+    if not math.isfinite(args.context) or args.context < 0:
+        raise ValueError(f"--context {args.context:g}: context tokens must be a finite number >= 0")
+    if args.d_max < 1:
+        raise ValueError(f"--d-max {args.d_max}: the largest D must be >= 1")
+    if args.layer_skip_layers is not None and args.layer_skip_layers < 1:
+        raise ValueError(f"--layer-skip-layers {args.layer_skip_layers}: must be >= 1")
+    return batches
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +224,7 @@ def _check_config_name(spec: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ..console import UsageError
     from . import hardware
     from .shapes import load_shape
 
@@ -210,9 +244,12 @@ def main(args: argparse.Namespace) -> int:
     if not spec:
         print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)", file=sys.stderr)
         return 2
+    try:
+        batches = _check_inputs(args)
+    except ValueError as exc:
+        print(f"speedbench plan: {exc}", file=sys.stderr)
+        return 2
     target = load_shape(spec, args.dtype)
-    hw = hardware.get(args.hardware)
-    batches = tuple(int(b) for b in str(args.batch).split(",") if b.strip())
     if args.mechanisms:
         mechs = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
     elif data is not None and not data.ok.empty:
@@ -234,7 +271,16 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2
-    alpha = _parse_alpha(args.alpha, mechs)
+    try:
+        alpha = _parse_alpha(args.alpha, mechs)
+    except ValueError as exc:
+        print(f"speedbench plan: {exc}", file=sys.stderr)
+        return 2
+    try:
+        hw = hardware.get(args.hardware)
+    except UsageError as exc:  # an unknown name: one line naming the known ones
+        print(f"speedbench plan: {exc}", file=sys.stderr)
+        return 2
     source = {m: "user" for m in mechs if m in alpha}
     p = cm.CostParams()
     calib = None

@@ -13,6 +13,7 @@ not a measurement:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 
@@ -31,9 +32,17 @@ class RoundInputs:
             raise ValueError(f"D must be >= 0, got {self.depth}")
         if not 0 <= self.accepted <= self.depth:
             raise ValueError(f"accepted must be in [0, D={self.depth}], got {self.accepted}")
-        for name in ("t_draft_step_ms", "t_verify_ms", "t_target_step_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name, option in (("t_draft_step_ms", "--draft-ms"), ("t_verify_ms", "--verify-ms"), ("t_target_step_ms", "--target-ms")):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{option} {value:g}: a time in ms must be a finite number >= 0")
+        if self.draft_steps * self.t_draft_step_ms + self.t_verify_ms <= 0:
+            raise ValueError("the round costs 0 ms (no draft time, --verify-ms 0): the speedup cannot be computed")
+
+    @property
+    def draft_steps(self) -> int:
+        """Sequential draft steps in the round: D, or one for a parallel drafter (none when D = 0)."""
+        return (1 if self.depth else 0) if self.parallel else self.depth
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,7 @@ class RoundResult:
 
 def account(x: RoundInputs) -> RoundResult:
     emitted = x.accepted + 1
-    steps = (1 if x.depth else 0) if x.parallel else x.depth
-    draft = steps * x.t_draft_step_ms
+    draft = x.draft_steps * x.t_draft_step_ms
     round_cost = draft + x.t_verify_ms
     comparison = emitted * x.t_target_step_ms
     speedup = comparison / round_cost if round_cost > 0 else float("nan")
@@ -62,7 +70,10 @@ def explain(x: RoundInputs, r: RoundResult) -> str:
         f"1 parallel draft step x {x.t_draft_step_ms:g} ms" if x.parallel and x.depth
         else f"{x.depth} draft steps x {x.t_draft_step_ms:g} ms"
     )
-    verdict = "speculation pays" if r.speedup > 1 else "speculation does NOT pay"
+    if not math.isfinite(r.speedup):  # the inputs refuse a zero round cost; never print "nanx"
+        verdict = "cannot be computed"
+    else:
+        verdict = "speculation pays" if r.speedup > 1 else "speculation does NOT pay"
     return "\n".join([
         f"Round with D = {x.depth} drafts, {x.accepted} accepted before the first rejection:",
         f"  emitted tokens   = {x.accepted} accepted + {last} = {r.emitted}",

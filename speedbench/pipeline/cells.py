@@ -77,11 +77,14 @@ def prompts_digest(prompts: "Sequence[Request]") -> str:
 
 
 def dataset_identity(dataset) -> dict:
-    """The dataset settings that define a cell; ``on_too_long`` only when it changes the prompts
-    (its default, ``error``, keeps the ids of folders written before it existed)."""
-    ident = asdict_clean(dataset, drop=("name", "on_too_long"))
+    """The dataset settings that define a cell; ``on_too_long`` and ``control_tokens`` only when
+    they change the prompts (their defaults keep the ids of folders written before they existed;
+    ``control_tokens=keep`` feeds the prompts as those folders did)."""
+    ident = asdict_clean(dataset, drop=("name", "on_too_long", "control_tokens"))
     if getattr(dataset, "on_too_long", "error") != "error":
         ident["on_too_long"] = dataset.on_too_long
+    if getattr(dataset, "control_tokens", "refuse") == "escape":
+        ident["control_tokens"] = dataset.control_tokens
     return ident
 
 

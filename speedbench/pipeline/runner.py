@@ -31,11 +31,27 @@ _BACKENDS: dict[str, Backend] = {}
 
 
 def get_backend(run: RunConfig) -> Backend:
-    """One backend per (engine settings, target, seed) per process: a sweep loads the target once."""
+    """One backend per (engine settings, target, seed) per process: a sweep loads the target once.
+    They are closed by :func:`close_backends` (``speedbench run`` calls it when it ends; at exit otherwise)."""
     key = stable_hash({"backend": asdict_clean(run.backend), "target": asdict_clean(run.target), "seed": run.seed})
     if key not in _BACKENDS:
+        if not _BACKENDS:
+            import atexit
+
+            atexit.register(close_backends)  # a sweep job's process: before the engines' own exit hooks run
         _BACKENDS[key] = BACKENDS.get(run.backend.name)(run.target, run.backend, run.seed)
     return _BACKENDS[key]
+
+
+def close_backends() -> None:
+    """Shut every cached engine down now (vLLM: its engine processes stop in order, so vLLM does not
+    find them dead at interpreter exit and print "engine core exited unexpectedly")."""
+    while _BACKENDS:
+        backend = _BACKENDS.popitem()[1]
+        try:
+            backend.close()
+        except Exception:  # noqa: BLE001 - closing is best effort; the measurements are written
+            log.debug("closing backend %s failed", type(backend).__name__, exc_info=True)
 
 
 def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[tuple[str, str], list[Request]]":
@@ -267,6 +283,8 @@ def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> Ce
         extra["prompt_token_limit"] = prepared.limit
         extra["prompts_skipped"] = sum(1 for cat, _ in prepared.skipped.values() if not run.per_category or cat == cell.category)
         extra["prompts_truncated"] = len(ids & set(prepared.truncated))
+        if prepared.escaped:
+            extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
     return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran)
 
 

@@ -14,6 +14,10 @@ against ``dataset.max_prompt_tokens`` or, when unset, the target's context minus
 happens to a prompt over the limit: ``error`` (refuse the run), ``skip`` (drop it) or
 ``truncate`` (cut its longest turn at a token boundary until it fits); each cell records the
 choice and how many of its prompts it affected.
+
+Control strings: prompt text that holds one of the target tokenizer's control strings
+(``<|eos|>``, ``<|assistant|>``, any special token; ``data.control``) is refused, escaped or
+kept as ``dataset.control_tokens`` says (refuse by default), before the length check.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError  # noqa: F401 - re-exported: the error every check raises
+from ..data.control import CONTROL_TOKENS
 
 ON_TOO_LONG = ("error", "skip", "truncate")
 MODEL_BACKENDS = ("torch", "hf", "vllm", "openai")  # backends that tokenize with the target's tokenizer
@@ -37,6 +42,7 @@ class Prepared:
     limit: int | None = None
     skipped: dict[str, tuple[str, int]] = field(default_factory=dict)  # request_id -> (category, prompt tokens)
     truncated: dict[str, int] = field(default_factory=dict)  # request_id -> prompt tokens before the cut
+    escaped: set[str] = field(default_factory=set)  # request_ids whose control strings were escaped
 
 
 # ---- model configs without weights ----------------------------------------------------------------------------
@@ -98,6 +104,8 @@ def check_settings(run) -> list[str]:
         _check_number(p, "drafter.prompt_lookup_max", d.prompt_lookup_max, d.prompt_lookup_min, integer=True)
     _check_number(p, "faults.delay_ms", run.faults.delay_ms, 0)
     ds = run.dataset
+    if ds.control_tokens not in CONTROL_TOKENS:
+        p.append(f"dataset.control_tokens={ds.control_tokens!r}: must be one of {', '.join(CONTROL_TOKENS)}")
     if ds.on_too_long not in ON_TOO_LONG:
         p.append(f"dataset.on_too_long={ds.on_too_long!r}: must be one of {', '.join(ON_TOO_LONG)}")
     if ds.max_prompt_tokens is not None:
@@ -258,6 +266,40 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
     return problems, prepared
 
 
+def check_control(run, requests, target_cfg) -> tuple[list[str], list, set[str]]:
+    """Prompts holding a control string of the target's tokenizer: refused (one line naming the
+    first, with its file and line), escaped or kept per ``dataset.control_tokens``. A target known
+    only as a hub id (``target_cfg`` None) is not looked up: validation never reaches the network."""
+    from dataclasses import replace
+
+    from ..data import control
+    from ..models import load_tokenizer
+
+    mode = run.dataset.control_tokens
+    if mode not in ("refuse", "escape") or run.backend.name not in MODEL_BACKENDS or target_cfg is None:
+        return [], requests, set()
+    t = run.target
+    try:
+        strings = control.control_strings(load_tokenizer(t.path, t.revision, t.trust_remote_code))
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot load is reported by the length check
+        return [], requests, set()
+    hits = [(req, i, found) for req in requests for i, turn in enumerate(req.turns)
+            if (found := control.find(turn, strings))]
+    if not hits:
+        return [], requests, set()
+    if mode == "escape":
+        ids = {req.request_id for req, _, _ in hits}
+        out = [replace(r, turns=tuple(control.escape(x, strings) for x in r.turns)) if r.request_id in ids else r
+               for r in requests]
+        return [], out, ids
+    req, i, found = hits[0]
+    path, line = _where(run_dataset_spec(run)).get(req.request_id, (run.dataset.path, 0))
+    more = len({r.request_id for r, _, _ in hits}) - 1
+    return [f"{path}:{line}: turns[{i}]: prompt {req.request_id!r} contains {found!r}, a control string of the target's "
+            f"tokenizer (it would become a control token){f' (and {more} more prompt(s))' if more else ''}; "
+            "set dataset.control_tokens=escape to run it as plain text, or keep to feed it as it is"], requests, set()
+
+
 def dataset_spec(run):
     """The data layer's DatasetSpec for a run: what to load, how many, the length limit."""
     from ..data import DatasetSpec
@@ -291,7 +333,11 @@ def prepare(run) -> Prepared:
         problems.append(f"dataset {run.dataset.name!r} selected no requests (categories={run.dataset.categories})")
     if problems:
         raise ConfigError(problems)
+    control_problems, requests, escaped = check_control(run, requests, target_cfg)
+    if control_problems:
+        raise ConfigError(control_problems)
     prompt_problems, prepared = check_prompts(run, requests, target_cfg)
     if prompt_problems:
         raise ConfigError(prompt_problems)
+    prepared.escaped = escaped
     return prepared
