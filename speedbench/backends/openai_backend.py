@@ -214,6 +214,10 @@ class OpenAIBackend(Backend):
         counts = res.counts
         d = spec.drafter.num_speculative_tokens
         turn.finish = {"stop": "stop", "length": "length"}.get(str(res.finish_reason or ""), "")
+        turn.t_send = res.t_send
+        # chunk arrival times of the chunks with tokens (every chunk when the counts are not known)
+        times = [c.t for c, n in zip(res.chunks, counts) if n > 0] if counts is not None else [c.t for c in res.chunks]
+        turn.chunk_gaps = [b - a for a, b in zip(times, times[1:])]
         if counts is not None:
             turn.chunks = [n for n in counts if n > 0]  # the stream itself: what the SPEED-Bench tool counts
             turn.lead_tokens = counts[0]
@@ -283,7 +287,10 @@ class _OpenAISession(Session):
         self.base_url = o["base_url"] if spec.drafter.method != "none" else o["baseline_url"]
         self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
         self.rng = random.Random(spec.sampling.seed)
-        self.rate = float(o["request_rate"])
+        load = spec.load
+        # load.request_rate (a load point) wins over the older backend.options.request_rate
+        self.rate = float(load.request_rate) if load is not None and math.isfinite(load.request_rate) else float(o["request_rate"])
+        self.burstiness = float(load.burstiness) if load is not None else 1.0
         self.before = self.after = None
 
     def render(self, history, user):
@@ -301,10 +308,12 @@ class _OpenAISession(Session):
         self.arrivals = [0.0]
 
     async def arrive(self, index: int) -> None:
-        """Request ``index`` arrives at once, or on a Poisson process of ``request_rate`` per second."""
+        """Request ``index`` arrives at once, or at ``request_rate`` per second with gamma inter-arrivals
+        of shape ``burstiness`` (1 = Poisson; ``pipeline.load``)."""
+        from ..pipeline.load import interarrival
+
         while len(self.arrivals) <= index:
-            gap = self.rng.expovariate(self.rate) if math.isfinite(self.rate) and self.rate > 0 else 0.0
-            self.arrivals.append(self.arrivals[-1] + gap)
+            self.arrivals.append(self.arrivals[-1] + interarrival(self.rng, self.rate, self.burstiness))
         wait = self.t0 + self.arrivals[index] - time.perf_counter()
         if wait > 0:
             await asyncio.sleep(wait)

@@ -43,6 +43,25 @@ class OpenAIOptions:
 
 
 @dataclass
+class VllmServeOptions(OpenAIOptions):
+    """``backend=vllm_serve``: the harness starts the baseline and speculative servers itself
+    (``backends.server_set``) and measures them as ``backend=openai`` does; base_url and
+    baseline_url are filled in by the harness (setting them is refused)."""
+
+    server_command: list[str] = field(default_factory=lambda: ["python", "-m", "vllm.entrypoints.openai.api_server"])
+    vllm_flags: bool = True  # add vLLM's flags (--model, --dtype, --speculative-config, ...); false: only the args below
+    server_args: list[str] = field(default_factory=list)  # appended for every server ({model}, {draft_model}, ... filled)
+    spec_server_args: list[str] = field(default_factory=list)  # appended for the speculative server only
+    port_args: list[str] = field(default_factory=lambda: ["--host", "{host}", "--port", "{port}"])
+    health_path: str = "/health"
+    ready_timeout_s: float = 600.0  # launch -> health 200, per server
+    max_engines: int = 2  # servers alive at once (baseline + one speculative config)
+    max_num_seqs: int = 8  # --max-num-seqs; raised to the load's concurrency / batch size when larger
+    spec_metrics: str = "auto"  # auto | per_request | counters (as backend=vllm)
+    engine_args: dict[str, Any] = field(default_factory=dict)  # as --key-with-dashes value flags
+
+
+@dataclass
 class HFOptions:
     full_drafts: bool = True  # let HF draft D tokens even when fewer than D + 1 remain (as vLLM does)
 
@@ -73,6 +92,7 @@ OPTION_SCHEMAS: dict[str, type] = {
     "torch": TorchOptions,
     "vllm": VllmOptions,
     "openai": OpenAIOptions,
+    "vllm_serve": VllmServeOptions,
     "hf": HFOptions,
     "synthetic": SyntheticOptions,
 }

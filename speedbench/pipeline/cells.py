@@ -11,10 +11,11 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from .. import metrics
+from .. import metrics, metrics_latency
 from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult
+from .load import identity as load_identity
 
 NAN = math.nan
 
@@ -50,6 +51,9 @@ class CellKey:
             "max_new_tokens": run.max_new_tokens,
             "ignore_eos": run.ignore_eos,
         }
+        load = load_identity(run.load)
+        if load is not None:  # a load point; runs without load options keep their ids
+            identity["load"] = load
         return CellKey(
             cell_id=stable_hash(identity),
             run_id=run.run_id, target=run.target.name, drafter=run.drafter.name, method=run.drafter.method,
@@ -89,7 +93,7 @@ def _key_fields(key: CellKey) -> dict:
 
 def summarize(
     key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int,
-    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None,
+    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None, slo=None,
 ) -> CellResult:
     """The cell row from matched baseline and speculative passes on the same requests (every repeat)."""
     protocol = protocol or ProtocolConfig()
@@ -99,6 +103,7 @@ def summarize(
                                   protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
     tps = values.pop("tokens_per_step")
     values |= timing_columns(base, spec, values, tps)
+    values |= metrics_latency.load_point_columns(base, spec, slo, protocol.confidence, protocol.n_resamples)
     return CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),

@@ -56,8 +56,21 @@ def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> G
         rec, rows = fold_turns(req, spec.role, turns, batch_index, spec.repeat)
         records.append(rec)
         steps += rows
+    records = _relative_starts(records)
     extra = session.finish(records, steps)
     return GenerateOutput(records, steps, session.wall_s if session.wall_s is not None else wall, extra)
+
+
+def _relative_starts(records: list[RequestRecord]) -> list[RequestRecord]:
+    """Send times as seconds from the pass's first send (records carry the absolute clock until here)."""
+    import math
+    from dataclasses import replace
+
+    starts = [r.t_start for r in records if math.isfinite(r.t_start)]
+    if not starts:
+        return records
+    t0 = min(starts)
+    return [replace(r, t_start=r.t_start - t0) if math.isfinite(r.t_start) else r for r in records]
 
 
 def batches(requests: list[Request], size: int) -> Iterator[list[Request]]:
@@ -178,6 +191,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
     kept_known = True
     chunks: list[int] = []
     turn_chunks: list[int] = []
+    gaps: list[float] = []
     decode_s, decode_tokens, e2e, prompt_tokens = 0.0, 0, 0.0, 0
     sources = {t.al_source for t in turns}
     for turn_no, turn in enumerate(turns):
@@ -193,6 +207,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
             for k, n in enumerate(turn.hist):
                 add_hist(hist, k, n)
             kept_known = kept_known and turn.n_drafts == 0
+        gaps += turn.chunk_gaps or ()
         if chunks is not None and turn.chunks is not None:
             chunks += turn.chunks
             turn_chunks.append(len(turn.chunks))
@@ -222,6 +237,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
         repeat=repeat, kept=kept if kept_known else -1, accepted_kept=accepted_kept if kept_known else -1,
         chunks=tuple(chunks) if chunks is not None else (), turn_chunks=tuple(turn_chunks) if chunks is not None else (),
         turn_tokens=tuple(len(t.output_ids) for t in turns), turn_finish=tuple(t.finish for t in turns),
+        t_start=turns[0].t_send if turns else NAN, chunk_gaps=tuple(gaps),
     )
     return rec, steps
 

@@ -26,8 +26,8 @@ from typing import Any
 from ..config import ConfigError  # noqa: F401 - re-exported: the error every check raises
 
 ON_TOO_LONG = ("error", "skip", "truncate")
-MODEL_BACKENDS = ("torch", "hf", "vllm", "openai")  # backends that tokenize with the target's tokenizer
-SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",)}  # methods that need the target's vocabulary
+MODEL_BACKENDS = ("torch", "hf", "vllm", "openai", "vllm_serve")  # backends that tokenize with the target's tokenizer
+SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",), "vllm_serve": ("draft_model",)}  # methods that need the target's vocabulary
 
 
 @dataclass
@@ -148,7 +148,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     if backend == "openai":
         return p, target
     draft = None
-    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm"):
+    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm", "vllm_serve"):
         model = getattr(d, "model", None) or d.engine_args.get("model")
         if not model:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
