@@ -45,8 +45,8 @@ import time
 from typing import Any
 
 from .. import models
-from . import spec_counters
-from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
+from . import spec_counters, stream_steps
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult, cut_to_output
 from .openai_stream import Deadlines, StreamResult, stream_request
 
 TIMEOUT_OPTIONS = ("timeout_s", "connect_timeout_s", "first_token_timeout_s", "request_timeout_s")
@@ -229,6 +229,8 @@ class OpenAIBackend(Backend):
             ]
             turn.al_source = "chunks" if d else "none"
         sd = res.spec_metrics
+        if d and sd and counts is not None and self._steps_from_metrics(turn, sd, times, len(ids)):
+            return turn
         if d and sd and sd.get("acceptance_histogram") is not None:
             hist = list(sd["acceptance_histogram"])
             turn.counts_from_steps = False
@@ -239,15 +241,60 @@ class OpenAIBackend(Backend):
             turn.al_source = "steps"
         return turn
 
+    def _steps_from_metrics(self, turn: TurnResult, sd: dict, times: list[float], n_output: int) -> bool:
+        """With the server's per-step lists (vLLM ``detailed``) and every step listed: step rows with
+        their acceptance and kept tokens; a step alone in its chunk gets the chunk's inter-arrival time."""
+        acc, drafted = sd.get("per_step_accepted"), sd.get("per_step_drafted")
+        if not acc or drafted is None or len(acc) != len(drafted):
+            return False
+        rows = [StepCounts(int(k), int(a)) for k, a in zip(drafted, acc)]
+        if not cut_to_output(rows, n_output, lead=1):
+            return False  # a step without a proposal is not listed: the pooled histogram below
+        found = stream_steps.match(turn.chunks or [], [r.kept for r in rows], lead=1)
+        if found is not None:
+            for j in range(1, len(found.units_per_chunk)):
+                if found.units_per_chunk[j] == 1:
+                    rows[found.first_step[j]].t_step = times[j] - times[j - 1]
+        turn.steps, turn.counts_from_steps, turn.al_source = rows, True, "steps"
+        return True
+
+    @staticmethod
+    def _merged_chunks(records, steps) -> tuple[int, int] | None:
+        """(merged chunks, chunks) over requests whose steps came from the server's per-step lists,
+        chunks matched to steps exactly (``stream_steps``); None when any request cannot be matched."""
+        rows: dict[tuple[str, int], list[int]] = {}
+        for s in steps:
+            rows.setdefault((s.request_id, s.turn), []).append(s.kept)
+        merged = total = 0
+        for r in records:
+            if r.status != "ok" or r.al_source != "steps" or not r.turn_chunks:
+                continue
+            start = 0
+            for t, n in enumerate(r.turn_chunks):
+                found = stream_steps.match(list(r.chunks[start : start + n]), rows.get((r.request_id, t), []), lead=1)
+                start += n
+                if found is None:
+                    return None
+                merged, total = merged + found.merged, total + n
+        return (merged, total) if total else None
+
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         d = spec.drafter.num_speculative_tokens
         extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
                                  "timing_split": "missing: a server exposes no per-step draft/verify times",
                                  "timing_source": "missing: OpenAI-compatible servers expose no draft/verify/accept "
                                                   "time (per-step time = chunk inter-arrival at the client)"}
-        sizes = [s.emitted for s in steps]
+        sizes = _middle_chunks(records)
         limit = d + 1 if d else 1
-        extra["merged_chunk_frac"] = sum(n > limit for n in sizes) / len(sizes) if sizes else NAN
+        exact = self._merged_chunks(records, steps) if d else None
+        if exact is not None:  # every chunk matched to the server's own steps
+            extra["merged_chunks"], extra["stream_chunks"] = exact
+            extra["merged_chunk_rule"] = "exact: chunks matched to the server's per-request steps"
+        else:  # a lower bound: only chunks longer than one step can be seen as merged
+            extra["merged_chunks"], extra["stream_chunks"] = sum(n > limit for n in sizes), len(sizes)
+            extra["merged_chunk_rule"] = f"lower bound: chunks with more than {limit} token(s)"
+        n = extra["stream_chunks"]
+        extra["merged_chunk_frac"] = extra["merged_chunks"] / n if n else NAN
         if d:
             extra["al_chunks"] = 1 + sum(n - 1 for n in sizes) / len(sizes) if sizes else NAN
             sources = sorted({r.al_source for r in records if r.status == "ok"})
@@ -276,6 +323,19 @@ class OpenAIBackend(Backend):
             )
         if not d and counters.per_pos:
             raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")
+
+
+def _middle_chunks(records) -> list[int]:
+    """Tokens per streamed chunk, each turn's first (prefill) and last (possibly cut) chunk trimmed."""
+    out: list[int] = []
+    for r in records:
+        if r.status != "ok":
+            continue
+        start = 0
+        for n in r.turn_chunks:
+            out += list(r.chunks[start + 1 : start + n - 1])
+            start += n
+    return out
 
 
 class _OpenAISession(Session):

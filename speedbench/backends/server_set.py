@@ -80,6 +80,8 @@ class Server:
             self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True,
                                          preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
+            sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
         with _LOCK:
             _LIVE[self.proc.pid] = self
         log.info("server %s: pid %d on %s, log %s", self.role, self.proc.pid, self.url, self.log_path)

@@ -54,8 +54,14 @@ def engine_flags(args: dict[str, Any]) -> list[str]:
 
 
 def _options(engine) -> dict[str, Any]:
+    """The options as a dict with every default (a config built in code gives only what it sets)."""
     o = engine.options
-    return dataclasses.asdict(o) if dataclasses.is_dataclass(o) else dict(o)
+    if not dataclasses.is_dataclass(o):
+        from ..config import typed
+        from .options import VllmServeOptions
+
+        o = typed(VllmServeOptions, dict(o or {}), "backend.options")
+    return dataclasses.asdict(o)
 
 
 class VllmServeBackend(OpenAIBackend):
