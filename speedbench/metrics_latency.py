@@ -113,15 +113,17 @@ def windows(records: Sequence[RequestRecord]) -> dict[int, float]:
 
 def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN) -> dict[int, dict]:
     """Per repeat: window (s), output tokens, finished and SLO-meeting requests. Without send times the
-    pass wall time (``wall_s``, all repeats) is split evenly over the repeats."""
+    pass wall time (``wall_s``, all repeats) is split evenly over the repeats (``shared``: the speedups
+    of throughput and goodput then have a point but no interval)."""
     wins = windows(records)
-    if wins and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s):
+    shared = bool(wins) and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s)
+    if shared:
         wins = {k: wall_s / len(wins) for k in wins}
     out = {}
     for rep, win in wins.items():
         these = [r for r in records if r.repeat == rep]
         ok = [r for r in these if r.status == STATUS_OK]
-        out[rep] = {"window": win, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
+        out[rep] = {"window": win, "shared": shared, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
                     "good": sum(meets_slo(r, objectives) for r in these) if objectives else NAN}
     return out
 
@@ -144,6 +146,8 @@ def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, conf
     if not ratios:
         return NAN, NAN, NAN
     est = metrics.paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples)
+    if any(row["shared"] for row in (*base.values(), *spec.values())):
+        return est.point, NAN, NAN  # one wall time split over the repeats: no per-repeat variation to show
     return est.point, est.low, est.high
 
 

@@ -1,0 +1,37 @@
+"""Report section "speculation under load" from real load-point cells of the synthetic engine (fast)."""
+import json
+
+from speedbench.config import BackendConfig, LoadConfig, SloConfig
+from speedbench.pipeline import runner
+from speedbench.report.build import build_report
+from speedbench.report.under_load import stops_paying, verdict
+from tests.sweep_helpers import make_run
+
+
+def test_speedup_vs_concurrency_stop_point_and_pareto(tmp_path):
+    for c in (1, 2, 8):  # verification cost grows with B(1+D): speculation stops paying as C grows
+        run = make_run(tmp_path, "L", per_category=False, load=LoadConfig(concurrency=c, num_requests=8),
+                       backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0, "noise": 0.05}),
+                       slo=SloConfig(tpot_ms=3))
+        (cell,) = runner.run_cells(run, progress=False)
+        assert cell.concurrency == c and cell.status == "ok"
+        assert cell.speedup_throughput > 0 and cell.speedup_throughput_ci_low != cell.speedup_throughput_ci_low  # no send times: no interval
+    files = build_report([tmp_path / "L"], tmp_path / "rep", plots=False)
+    sec = json.loads(files.json.read_text())["load"]
+    assert [p["concurrency"] for p in sec["points"]] == [1, 2, 8]
+    assert sec["points"][-1]["verdict"] == "net-negative"
+    (line,) = sec["stops_paying"].values()
+    assert line.startswith("stops paying at C = ") and "net-negative at C = " in line and "8" in line
+    assert {p["series"] for p in sec["pareto"]} == {"baseline", "ngram"} and len(sec["pareto"]) == 6
+    assert "Speculation under load" in files.markdown.read_text()
+
+
+def test_verdicts_and_where_a_drafter_stops_paying():
+    import pandas as pd
+
+    assert (verdict(1.1, 1.3), verdict(0.7, 0.9), verdict(0.9, 1.1)) == ("pays", "net-negative", "tie")
+    pts = pd.DataFrame({"concurrency": [1, 2, 4, 8], "verdict": ["pays", "pays", "tie", "net-negative"],
+                        "stable": [True, True, True, True]})
+    assert stops_paying(pts) == "stops paying at C = 4; net-negative at C = 8"
+    pts["stable"] = [True, True, False, False]  # unstable points decide nothing
+    assert stops_paying(pts) == "pays at every measured concurrency (up to 2)"
