@@ -118,6 +118,8 @@ class DatasetConfig:
     column_map: dict[str, str] = field(default_factory=dict)
     max_prompt_tokens: Optional[int] = None  # None: the target's context - max_new_tokens - D (chat-templated)
     on_too_long: str = "error"  # error | skip | truncate: a prompt over the limit
+    input_len: Optional[int] = None  # source=random: prompt token ids per request
+    output_len: Optional[int] = None  # source=random: output tokens (must equal max_new_tokens; None: it)
 
 
 @dataclass

@@ -34,6 +34,7 @@ class Request:
     context_bucket: str = ""  # e.g. "1k", "8k"; empty for the qualitative suite
     entropy_tier: str = ""  # "low" | "mixed" | "high"; empty for the qualitative suite
     source: str = ""
+    prompt_ids: tuple[int, ...] = ()  # set: the first turn's prompt as token ids, sent as they are (dataset=random)
 
     @property
     def multiturn(self) -> bool:

@@ -109,6 +109,11 @@ def test_closed_loop_point_has_baseline_and_spec_latency_columns(served):
     for name in ("speedup", "speedup_throughput", "speedup_goodput"):
         lo, x, hi = (getattr(cell, f"{name}_ci_low"), getattr(cell, name), getattr(cell, f"{name}_ci_high"))
         assert 0 < lo <= x <= hi, (name, lo, x, hi)
+    # the server's counters pool every pass of the cell, as al does; chunks matched to the server's own steps
+    counters = cell.extra["counters"]
+    assert counters["passes"] == 2 and counters["accepted"] == cell.n_accepted
+    assert cell.extra["merged_chunk_rule"].startswith("exact") and 0 <= cell.extra["merged_chunk_frac"] <= 1
+    assert 1 <= cell.al_emitted <= cell.al
     reqs = pd.read_parquet(served["tmp"] / "closed" / "requests" / f"{cell.cell_id}.parquet")
     assert set(reqs.role) == {"baseline", "spec"} and len(reqs) == 2 * 4 * 2  # roles x requests x repeats
     assert (reqs.t_start >= 0).all() and reqs.chunk_gaps.map(len).gt(0).all()

@@ -66,7 +66,8 @@ class CellKey:
 def dataset_identity(dataset) -> dict:
     """The dataset settings that define a cell; ``on_too_long`` only when it changes the prompts
     (its default, ``error``, keeps the ids of folders written before it existed)."""
-    ident = asdict_clean(dataset, drop=("name", "on_too_long"))
+    unset = tuple(k for k in ("input_len", "output_len") if getattr(dataset, k, None) is None)  # keep older ids
+    ident = asdict_clean(dataset, drop=("name", "on_too_long") + unset)
     if getattr(dataset, "on_too_long", "error") != "error":
         ident["on_too_long"] = dataset.on_too_long
     return ident

@@ -110,7 +110,7 @@ def _conversations(session: Session, group: list[Request], ids: _Iterations):
     history: list[list[tuple[str, TurnResult]]] = [[] for _ in group]
     for turn in range(max(len(r.turns) for r in group)):
         rows = [b for b, r in enumerate(group) if len(r.turns) > turn]
-        inputs = [TurnInput(group[b], turn, session.render(history[b], group[b].turns[turn]), tuple(history[b]))
+        inputs = [TurnInput(group[b], turn, _prompt(session, group[b], turn, history[b]), tuple(history[b]))
                   for b in rows]
         results = yield inputs
         if len(results) != len(inputs):
@@ -119,6 +119,14 @@ def _conversations(session: Session, group: list[Request], ids: _Iterations):
         for b, res in zip(rows, results):
             history[b].append((group[b].turns[turn], res))
     return [[res for _, res in h] for h in history]
+
+
+def _prompt(session: Session, req: Request, turn: int, history):
+    """The engine's prompt of a turn: the request's own token ids for its first turn when it has them
+    (dataset=random: no chat template), else the rendered conversation."""
+    if turn == 0 and req.prompt_ids:
+        return list(req.prompt_ids)
+    return session.render(history, req.turns[turn])
 
 
 def _outcomes(group: list[Request], turns: list | None = None, exc: BaseException | None = None) -> list[Outcome]:

@@ -280,6 +280,8 @@ def prepare(run) -> Prepared:
     problems = check_settings(run)
     model_problems, target_cfg = check_models(run)
     problems += model_problems
+    if run.dataset.source == "random":
+        return _prepare_random(run, problems, target_cfg)
     try:
         spec = run_dataset_spec(run)
         requests = load_requests(spec, None)
@@ -293,3 +295,20 @@ def prepare(run) -> Prepared:
     if prompt_problems:
         raise ConfigError(prompt_problems)
     return prepared
+
+
+def _prepare_random(run, problems: list[str], target_cfg) -> Prepared:
+    """``dataset.source=random``: seeded random token ids from the target's vocabulary (``data.random_tokens``)."""
+    from ..data import random_tokens
+    from ..models import load_tokenizer
+
+    problems = problems + random_tokens.problems(run, target_cfg)
+    if problems:
+        raise ConfigError(problems)
+    t = run.target
+    try:
+        tokenizer = load_tokenizer(t.path, t.revision, t.trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot load is a config problem
+        raise ConfigError(f"target.path={t.path!r}: cannot load its tokenizer: {exc}") from None
+    vocab = int((target_cfg or {}).get("vocab_size") or len(tokenizer))
+    return Prepared(random_tokens.requests(run, tokenizer, vocab))
