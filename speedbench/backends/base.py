@@ -153,6 +153,11 @@ class Session:
             return result.text
         return self.backend.tokenizer.decode(result.output_ids, skip_special_tokens=True)
 
+    def group_size(self, n_requests: int) -> int:
+        """Static-batch engines: conversations per ``run_turns`` call (B; an engine that batches
+        continuously itself takes all ``n_requests`` of the pass at once)."""
+        return self.spec.batch_size
+
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         """Static-batch engines: generate one turn for every input together (one result each, in order)."""
         raise NotImplementedError
@@ -183,6 +188,7 @@ class Backend(ABC):
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
+    submits_all: bool = False  # True: a pass submits every request at once (continuous batching): one block per cell
     tokenizer: Any = None
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:

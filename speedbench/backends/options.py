@@ -23,6 +23,9 @@ class VllmOptions:
     # measured (in the measured passes) | separate (one extra synced pass per call) | false
     timers: str = "auto"
     engine_args: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM(...) as they are
+    # static: one LLM.generate per batch of B (or load.concurrency C); continuous: every request of a
+    # pass in one LLM.generate, the engine batching up to max_num_seqs = C itself
+    batching: str = "static"
 
 
 @dataclass

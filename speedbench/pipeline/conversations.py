@@ -139,7 +139,7 @@ def _outcomes(group: list[Request], turns: list | None = None, exc: BaseExceptio
 def _run_batches(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations) -> list[Outcome]:
     """Static batches of B conversations, one ``run_turns`` call per turn; a failed batch is data."""
     out: list[Outcome] = []
-    for batch in batches(requests, spec.batch_size):
+    for batch in batches(requests, max(1, session.group_size(len(requests)))):
         conv = _conversations(session, batch, ids)
         try:
             inputs = next(conv)

@@ -132,7 +132,7 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
     noise = NoiseMeter(threads=threads)
     mode = interleaving(backend, cfg)
-    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous)
+    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous or backend.submits_all)
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
     repeat = 0

@@ -217,7 +217,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
                            extra={**cell.extra, "wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
                                   "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
-                                                             "blocks": len(protocol.blocks(reqs, run.batch_size, backend.asynchronous))}})
+                                                             "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
