@@ -66,6 +66,26 @@ def test_sigterm_of_the_harness_stops_its_servers(tmp_path):
     assert not any(alive(p) for p in pids)
 
 
+@pytest.mark.parametrize("ending", ["ctrl-c", "error"])
+def test_ctrl_c_or_an_error_in_the_harness_stops_its_servers(tmp_path, ending):
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        from speedbench.backends.server_set import ServerSet
+        s = ServerSet({str(tmp_path)!r}, 30, health_path="/", port_args=("{{port}}",))
+        s.ensure([("a", "baseline", {HTTP!r})])
+        print(json.dumps(s.pids()), flush=True)
+        if {ending!r} == "error":
+            raise RuntimeError("a failed run")
+        time.sleep(60)
+    """)
+    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pids = json.loads(harness.stdout.readline())
+    if ending == "ctrl-c":
+        harness.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends (the servers' own sessions get nothing)
+    assert harness.wait(timeout=60) != 0
+    assert not any(alive(p) for p in pids)
+
+
 def test_sigkill_of_the_harness_still_stops_its_servers(tmp_path):
     script = textwrap.dedent(f"""
         import json, time
