@@ -4,8 +4,7 @@ import math
 
 from speedbench import metrics
 from speedbench.backends.base import GenerateOutput
-from speedbench.backends.openai_backend import OpenAIBackend
-from speedbench.backends.stream_steps import match
+from speedbench.backends.stream_steps import match, merged_chunks
 from speedbench.pipeline.protocol import merge_passes
 from speedbench.records import RequestRecord, StepRecord
 
@@ -47,8 +46,8 @@ def _steps(rid, kept, turn=0):
 def test_merged_chunk_count_covers_every_request_and_turn():
     recs = [_rec("a", [1, 3, 6, 2], [4]), _rec("b", [1, 2, 1, 2], [2, 2])]
     steps = _steps("a", [3, 1, 5, 2]) + _steps("b", [1, 1], 0) + _steps("b", [2], 1)
-    assert OpenAIBackend._merged_chunks(recs, steps) == (2, 8)  # a: one merged chunk; b turn 0: one
-    assert OpenAIBackend._merged_chunks(recs, steps[:-1]) is None  # a turn without its steps cannot be matched
+    assert merged_chunks(recs, steps) == (2, 8)  # a: one merged chunk; b turn 0: one
+    assert merged_chunks(recs, steps[:-1]) is None  # a turn without its steps cannot be matched
 
 
 def test_pass_notes_pool_counters_and_merged_chunks_over_every_repeat():

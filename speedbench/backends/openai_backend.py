@@ -264,36 +264,15 @@ class OpenAIBackend(Backend):
         turn.steps, turn.counts_from_steps, turn.al_source = rows, True, "steps"
         return True
 
-    @staticmethod
-    def _merged_chunks(records, steps) -> tuple[int, int] | None:
-        """(merged chunks, chunks) over requests whose steps came from the server's per-step lists,
-        chunks matched to steps (``stream_steps``); None when any request cannot be matched."""
-        rows: dict[tuple[str, int], list[int]] = {}
-        for s in steps:
-            rows.setdefault((s.request_id, s.turn), []).append(s.emitted)
-        merged = total = 0
-        for r in records:
-            if r.status != "ok" or r.al_source != "steps" or not r.turn_chunks:
-                continue
-            start = 0
-            for t, n in enumerate(r.turn_chunks):
-                found = stream_steps.match(list(r.chunks[start : start + n]), rows.get((r.request_id, t), []), lead=1,
-                                           unlisted=False)  # the rows already hold the steps without a proposal
-                start += n
-                if found is None:
-                    return None
-                merged, total = merged + found.merged, total + n
-        return (merged, total) if total else None
-
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         d = spec.drafter.num_speculative_tokens
         extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
                                  "timing_split": "missing: a server exposes no per-step draft/verify times",
                                  "timing_source": "missing: OpenAI-compatible servers expose no draft/verify/accept "
                                                   "time (per-step time = chunk inter-arrival at the client)"}
-        sizes = _middle_chunks(records)
+        sizes = stream_steps.middle_chunks(records)
         limit = d + 1 if d else 1
-        exact = self._merged_chunks(records, steps) if d else None
+        exact = stream_steps.merged_chunks(records, steps) if d else None
         if exact is not None:  # every chunk matched to the server's own steps
             extra["merged_chunks"], extra["stream_chunks"] = exact
             extra["merged_chunk_rule"] = "exact: chunks matched to the server's per-request steps"
@@ -330,19 +309,6 @@ class OpenAIBackend(Backend):
             )
         if not d and counters.per_pos:
             raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")
-
-
-def _middle_chunks(records) -> list[int]:
-    """Tokens per streamed chunk, each turn's first (prefill) and last (possibly cut) chunk trimmed."""
-    out: list[int] = []
-    for r in records:
-        if r.status != "ok":
-            continue
-        start = 0
-        for n in r.turn_chunks:
-            out += list(r.chunks[start + 1 : start + n - 1])
-            start += n
-    return out
 
 
 class _OpenAISession(Session):

@@ -65,3 +65,37 @@ def match(chunk_tokens: list[int], step_emitted: list[int], lead: int = 1, unlis
     if pending or any(e > 0 for e in step_emitted[i:]):
         return None  # listed steps that are not in the stream
     return StreamMatch(per_chunk, order, chunk_of, kept)
+
+
+def merged_chunks(records, steps) -> tuple[int, int] | None:
+    """(merged chunks, chunks) over the requests whose steps came from the server's per-step lists
+    (``al_source=steps``; their step rows already hold the steps without a proposal), each turn's
+    chunks matched to its step rows; None when any turn cannot be matched or there is none."""
+    rows: dict[tuple[str, int], list[int]] = {}
+    for s in steps:
+        rows.setdefault((s.request_id, s.turn), []).append(s.emitted)
+    merged = total = 0
+    for r in records:
+        if r.status != "ok" or r.al_source != "steps" or not r.turn_chunks:
+            continue
+        start = 0
+        for t, n in enumerate(r.turn_chunks):
+            found = match(list(r.chunks[start : start + n]), rows.get((r.request_id, t), []), lead=1, unlisted=False)
+            start += n
+            if found is None:
+                return None
+            merged, total = merged + found.merged, total + n
+    return (merged, total) if total else None
+
+
+def middle_chunks(records) -> list[int]:
+    """Tokens per streamed chunk, each turn's first (prefill) and last (possibly cut) chunk trimmed."""
+    out: list[int] = []
+    for r in records:
+        if r.status != "ok":
+            continue
+        start = 0
+        for n in r.turn_chunks:
+            out += list(r.chunks[start + 1 : start + n - 1])
+            start += n
+    return out
