@@ -46,14 +46,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """The server gets SIGTERM when the harness dies, even by SIGKILL (Linux only)."""
+def _die_with_parent():
+    """A function for the child (run between fork and exec) that asks the kernel to send it SIGTERM
+    when the harness dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``); None elsewhere. libc is
+    loaded here, in the parent, so the child only makes the call (no imports after fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    sig = int(signal.SIGTERM)
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return set_death_signal
 
 
 class Server:
@@ -78,8 +88,7 @@ class Server:
             sink.flush()
             self._t0 = time.perf_counter()
             self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True,
-                                         preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                         start_new_session=True, preexec_fn=_die_with_parent())
         with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
             sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
         with _LOCK:

@@ -102,6 +102,7 @@ class VllmServeBackend(OpenAIBackend):
         self.servers: ServerSet | None = None
         self._log_dir: Path | None = None
         self._on_cpu: bool | None = None
+        self._current: list = []  # the servers of the current drafter (baseline first)
 
     # ---- servers -----------------------------------------------------------------------------------
     def attach_run_folder(self, folder) -> None:
@@ -180,7 +181,7 @@ class VllmServeBackend(OpenAIBackend):
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         out = super().extra(spec, records, steps, before, after)
         out["engine"] = "harness-started server (backend=vllm_serve)"
-        out["servers"] = {s.role: s.info() for s in getattr(self, "_current", [])}
+        out["servers"] = {s.role: s.info() for s in self._current}
         out["server_starts"] = list(self.servers.starts) if self.servers else []
         return out
 
