@@ -24,6 +24,13 @@ def test_speedup_vs_concurrency_stop_point_and_pareto(tmp_path):
     assert line.startswith("stops paying at C = ") and "net-negative at C = " in line and "8" in line
     assert {p["series"] for p in sec["pareto"]} == {"baseline", "ngram"} and len(sec["pareto"]) == 6
     assert "Speculation under load" in files.markdown.read_text()
+    # the gate covers load-point cells like any other: the folder against itself passes, every point checked
+    from speedbench import cli
+
+    assert cli.main(["gate", "--baseline", str(tmp_path / "L"), "--current", str(tmp_path / "L"),
+                     "--json", str(tmp_path / "g.json")]) == 0
+    checks = json.loads((tmp_path / "g.json").read_text())["checks"]
+    assert len({c["cell_id"] for c in checks if c["metric"] == "speedup" and c["cell_id"] != "ALL"}) == 3
 
 
 def test_verdicts_and_where_a_drafter_stops_paying():
