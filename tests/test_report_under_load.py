@@ -42,3 +42,20 @@ def test_verdicts_and_where_a_drafter_stops_paying():
     assert stops_paying(pts) == "stops paying at C = 4; net-negative at C = 8"
     pts["stable"] = [True, True, False, False]  # unstable points decide nothing
     assert stops_paying(pts) == "pays at every measured concurrency (up to 2)"
+
+
+def test_the_random_vs_real_line_states_how_far_random_input_moves_al_and_speedup():
+    import pandas as pd
+
+    from speedbench.report.common import Section
+    from speedbench.report.under_load import _random_line
+
+    rows = [{"dataset": ds, "drafter": "ngram", "num_speculative_tokens": 4, "concurrency": c, "al": al, "speedup": sp}
+            for ds, c, al, sp in (("mini", 1, 2.0, 1.5), ("random", 1, 3.0, 2.4), ("mini", 4, 2.0, 0.9), ("random", 4, 3.0, 1.2))]
+    sec = Section("load", "t")
+    _random_line(sec, pd.DataFrame(rows))
+    lines = sec.values["random_vs_real"]
+    assert len(lines) == 2 and "C = 1" in lines[0] and "AL 2.00 -> 3.00" in lines[0] and "(x1.60)" in lines[0]
+    assert "C = 4" in lines[1] and "speedup 0.90 -> 1.20" in lines[1]
+    _random_line(empty := Section("load", "t"), pd.DataFrame(rows[:1]))  # real prompts only: no line
+    assert "random_vs_real" not in empty.values

@@ -108,7 +108,7 @@ def _random_line(sec: Section, closed: pd.DataFrame) -> None:
     key = [MECH, D, "concurrency"]
     rand = closed[closed["dataset"] == RANDOM].groupby(key)[["al", "speedup"]].mean()
     for ds, real in closed[closed["dataset"] != RANDOM].groupby("dataset"):
-        both = real.groupby(key)[["al", "speedup"]].mean().join(rand, rsuffix="_random", how="inner")
+        both = real.groupby(key)[["al", "speedup"]].mean().join(rand.add_suffix("_random"), how="inner")
         for (mech, d, c), r in both.iterrows():
             lines.append(f"- {mech} D = {d}, C = {int(c)}: random input moves AL {r['al']:.2f} -> {r['al_random']:.2f} "
                          f"and speedup {r['speedup']:.2f} -> {r['speedup_random']:.2f} "
