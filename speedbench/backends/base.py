@@ -42,6 +42,7 @@ class GenerateSpec:
     repeat: int = 0  # the measurement repeat this pass belongs to (records carry it)
     extras: bool = True  # False: skip per-pass side measurements (e.g. vLLM's profiled split) for this pass
     log_dir: Optional[str] = None  # the run's results folder: engines put their own output (logs) under it
+    load: Any = None  # config.LoadConfig of the point (arrivals for servers); None: all at once
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class TurnResult:
     chunks: list[int] | None = None
     finish: str = ""  # "stop" (a stop token ended the turn) | "length" (max_new_tokens) | "" not known
     lead_tokens: int = 1  # output tokens before the first listed step (the prefill's token)
+    t_send: float = NAN  # perf_counter when the turn was sent (servers); NaN: not known
+    chunk_gaps: list[float] | None = None  # seconds between consecutive streamed chunks with tokens (ITL)
 
 
 def finish_reason(output: list[int], stop_ids, max_new_tokens: int) -> str:
@@ -150,6 +153,11 @@ class Session:
             return result.text
         return self.backend.tokenizer.decode(result.output_ids, skip_special_tokens=True)
 
+    def group_size(self, n_requests: int) -> int:
+        """Static-batch engines: conversations per ``run_turns`` call (B; an engine that batches
+        continuously itself takes all ``n_requests`` of the pass at once)."""
+        return self.spec.batch_size
+
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         """Static-batch engines: generate one turn for every input together (one result each, in order)."""
         raise NotImplementedError
@@ -180,6 +188,7 @@ class Backend(ABC):
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
+    submits_all: bool = False  # True: a pass submits every request at once (continuous batching): one block per cell
     tokenizer: Any = None
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:
@@ -205,6 +214,9 @@ class Backend(ABC):
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name}
+
+    def attach_run_folder(self, folder) -> None:  # noqa: B027 - optional
+        """The run's results folder, before the first :meth:`check` (engines that start processes log there)."""
 
     def close(self) -> None:  # noqa: B027
         pass
@@ -248,4 +260,5 @@ BACKENDS.register("torch", "speedbench.backends.torch_backend:TorchBackend")
 BACKENDS.register("synthetic", "speedbench.backends.synthetic:SyntheticBackend")
 BACKENDS.register("vllm", "speedbench.backends.vllm_backend:VllmBackend")
 BACKENDS.register("openai", "speedbench.backends.openai_backend:OpenAIBackend")
+BACKENDS.register("vllm_serve", "speedbench.backends.vllm_serve:VllmServeBackend")
 BACKENDS.register("hf", "speedbench.backends.hf_backend:HFBackend")

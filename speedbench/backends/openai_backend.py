@@ -45,7 +45,7 @@ import time
 from typing import Any
 
 from .. import models
-from . import spec_counters
+from . import spec_counters, stream_steps
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import Deadlines, StreamResult, stream_request
 
@@ -214,6 +214,10 @@ class OpenAIBackend(Backend):
         counts = res.counts
         d = spec.drafter.num_speculative_tokens
         turn.finish = {"stop": "stop", "length": "length"}.get(str(res.finish_reason or ""), "")
+        turn.t_send = res.t_send
+        # chunk arrival times of the chunks with tokens (every chunk when the counts are not known)
+        times = [c.t for c, n in zip(res.chunks, counts) if n > 0] if counts is not None else [c.t for c in res.chunks]
+        turn.chunk_gaps = [b - a for a, b in zip(times, times[1:])]
         if counts is not None:
             turn.chunks = [n for n in counts if n > 0]  # the stream itself: what the SPEED-Bench tool counts
             turn.lead_tokens = counts[0]
@@ -225,6 +229,8 @@ class OpenAIBackend(Backend):
             ]
             turn.al_source = "chunks" if d else "none"
         sd = res.spec_metrics
+        if d and sd and counts is not None and self._steps_from_metrics(turn, sd, times):
+            return turn
         if d and sd and sd.get("acceptance_histogram") is not None:
             hist = list(sd["acceptance_histogram"])
             turn.counts_from_steps = False
@@ -235,15 +241,46 @@ class OpenAIBackend(Backend):
             turn.al_source = "steps"
         return turn
 
+    def _steps_from_metrics(self, turn: TurnResult, sd: dict, times: list[float]) -> bool:
+        """With the server's per-step lists (vLLM ``detailed``): step rows in stream order, matched to
+        the chunks (``stream_steps``), with their acceptance and kept tokens; a step without a proposal
+        (not listed) is a row that drafted nothing; a step alone in its chunk gets the chunk's
+        inter-arrival time. False when the chunks cannot be matched (the pooled histogram is used)."""
+        acc, drafted = sd.get("per_step_accepted"), sd.get("per_step_drafted")
+        if not acc or drafted is None or len(acc) != len(drafted):
+            return False
+        listed = [StepCounts(int(k), int(a)) for k, a in zip(drafted, acc)]
+        found = stream_steps.match(turn.chunks or [], [r.emitted for r in listed], lead=1)
+        if found is None:
+            return False
+        rows = []
+        for u, idx in enumerate(found.order):
+            row = listed[idx] if idx >= 0 else StepCounts(0, 0)
+            row.kept = found.kept[idx] if idx >= 0 else 1
+            if found.alone(u):
+                c = found.chunk_of[u]
+                row.t_step = times[c] - times[c - 1]
+            rows.append(row)
+        turn.steps, turn.counts_from_steps, turn.al_source = rows, True, "steps"
+        return True
+
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:
         d = spec.drafter.num_speculative_tokens
         extra: dict[str, Any] = {"engine": "openai-compatible server", "endpoint": self.opts["endpoint"],
                                  "timing_split": "missing: a server exposes no per-step draft/verify times",
                                  "timing_source": "missing: OpenAI-compatible servers expose no draft/verify/accept "
                                                   "time (per-step time = chunk inter-arrival at the client)"}
-        sizes = [s.emitted for s in steps]
+        sizes = stream_steps.middle_chunks(records)
         limit = d + 1 if d else 1
-        extra["merged_chunk_frac"] = sum(n > limit for n in sizes) / len(sizes) if sizes else NAN
+        exact = stream_steps.merged_chunks(records, steps) if d else None
+        if exact is not None:  # every chunk matched to the server's own steps
+            extra["merged_chunks"], extra["stream_chunks"] = exact
+            extra["merged_chunk_rule"] = "exact: chunks matched to the server's per-request steps"
+        else:  # a lower bound: only chunks longer than one step can be seen as merged
+            extra["merged_chunks"], extra["stream_chunks"] = sum(n > limit for n in sizes), len(sizes)
+            extra["merged_chunk_rule"] = f"lower bound: chunks with more than {limit} token(s)"
+        n = extra["stream_chunks"]
+        extra["merged_chunk_frac"] = extra["merged_chunks"] / n if n else NAN
         if d:
             extra["al_chunks"] = 1 + sum(n - 1 for n in sizes) / len(sizes) if sizes else NAN
             sources = sorted({r.al_source for r in records if r.status == "ok"})
@@ -283,7 +320,10 @@ class _OpenAISession(Session):
         self.base_url = o["base_url"] if spec.drafter.method != "none" else o["baseline_url"]
         self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
         self.rng = random.Random(spec.sampling.seed)
-        self.rate = float(o["request_rate"])
+        load = spec.load
+        # load.request_rate (a load point) wins over the older backend.options.request_rate
+        self.rate = float(load.request_rate) if load is not None and math.isfinite(load.request_rate) else float(o["request_rate"])
+        self.burstiness = float(load.burstiness) if load is not None else 1.0
         self.before = self.after = None
 
     def render(self, history, user):
@@ -301,10 +341,12 @@ class _OpenAISession(Session):
         self.arrivals = [0.0]
 
     async def arrive(self, index: int) -> None:
-        """Request ``index`` arrives at once, or on a Poisson process of ``request_rate`` per second."""
+        """Request ``index`` arrives at once, or at ``request_rate`` per second with gamma inter-arrivals
+        of shape ``burstiness`` (1 = Poisson; ``pipeline.load``)."""
+        from ..pipeline.load import interarrival
+
         while len(self.arrivals) <= index:
-            gap = self.rng.expovariate(self.rate) if math.isfinite(self.rate) and self.rate > 0 else 0.0
-            self.arrivals.append(self.arrivals[-1] + gap)
+            self.arrivals.append(self.arrivals[-1] + interarrival(self.rng, self.rate, self.burstiness))
         wait = self.t0 + self.arrivals[index] - time.perf_counter()
         if wait > 0:
             await asyncio.sleep(wait)

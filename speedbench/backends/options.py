@@ -23,6 +23,9 @@ class VllmOptions:
     # measured (in the measured passes) | separate (one extra synced pass per call) | false
     timers: str = "auto"
     engine_args: dict[str, Any] = field(default_factory=dict)  # passed to vllm.LLM(...) as they are
+    # static: one LLM.generate per batch of B (or load.concurrency C); continuous: every request of a
+    # pass in one LLM.generate, the engine batching up to max_num_seqs = C itself
+    batching: str = "static"
 
 
 @dataclass
@@ -40,6 +43,25 @@ class OpenAIOptions:
     metrics: bool = True  # read /metrics counter deltas around each pass
     vllm_extensions: bool = True  # send vLLM's extra fields (return_token_ids, ignore_eos, top_k)
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class VllmServeOptions(OpenAIOptions):
+    """``backend=vllm_serve``: the harness starts the baseline and speculative servers itself
+    (``backends.server_set``) and measures them as ``backend=openai`` does; base_url and
+    baseline_url are filled in by the harness (setting them is refused)."""
+
+    server_command: list[str] = field(default_factory=lambda: ["python", "-m", "vllm.entrypoints.openai.api_server"])
+    vllm_flags: bool = True  # add vLLM's flags (--model, --dtype, --speculative-config, ...); false: only the args below
+    server_args: list[str] = field(default_factory=list)  # appended for every server ({model}, {draft_model}, ... filled)
+    spec_server_args: list[str] = field(default_factory=list)  # appended for the speculative server only
+    port_args: list[str] = field(default_factory=lambda: ["--host", "{host}", "--port", "{port}"])
+    health_path: str = "/health"
+    ready_timeout_s: float = 600.0  # launch -> health 200, per server
+    max_engines: int = 2  # servers alive at once (baseline + one speculative config)
+    max_num_seqs: int = 8  # --max-num-seqs; raised to the load's concurrency / batch size when larger
+    spec_metrics: str = "auto"  # auto | per_request | counters (as backend=vllm)
+    engine_args: dict[str, Any] = field(default_factory=dict)  # as --key-with-dashes value flags
 
 
 @dataclass
@@ -73,6 +95,7 @@ OPTION_SCHEMAS: dict[str, type] = {
     "torch": TorchOptions,
     "vllm": VllmOptions,
     "openai": OpenAIOptions,
+    "vllm_serve": VllmServeOptions,
     "hf": HFOptions,
     "synthetic": SyntheticOptions,
 }

@@ -6,7 +6,9 @@ default 2 = the baseline + the current speculative config); starting an evicted 
 costs a full engine start-up (~40 s for the tiny models on 2 CPU cores).
 
 Requests go in static batches of B (``max_num_seqs >= B`` and one ``LLM.generate`` per batch
-and turn), as prompt token ids rendered with the same chat renderer as the reference engine.
+and turn), as prompt token ids rendered with the same chat renderer as the reference engine;
+with ``batching=continuous`` every request of a pass goes in one ``LLM.generate`` per turn and
+the engine batches up to ``max_num_seqs`` = B (``load.concurrency`` C when set) itself.
 
 Acceptance, in order of preference:
   * ``steps``: vLLM's per-request spec-decode metrics (``per_request_spec_decode_metrics=
@@ -26,7 +28,7 @@ model-runner scopes into ``extra["profiled_split"]`` (see ``vllm_profile``).
 
 ``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
 ``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
-``timers`` (auto | measured | separate | false), and
+``timers`` (auto | measured | separate | false), ``batching`` (static | continuous), and
 ``engine_args``, passed to ``vllm.LLM`` as they are.
 """
 from __future__ import annotations
@@ -83,6 +85,7 @@ class VllmBackend(Backend):
 
         o = engine.options
         self.max_engines, self.max_num_seqs, self.spec_metrics = int(o.max_engines), int(o.max_num_seqs), str(o.spec_metrics)
+        self.batching = str(o.batching)
         profile = str(o.profile_split).lower()
         opts = dict(o.engine_args)
         problems = self.preflight(engine, 1)  # the option values, as the validation pass checked them
@@ -134,7 +137,19 @@ class VllmBackend(Backend):
             p.append(f"backend.options.profile_split must be auto, true or false, got {o.profile_split!r}")
         if str(o.timers).lower() not in ("auto", "measured", "separate", "false"):
             p.append(f"backend.options.timers must be auto, measured, separate or false, got {o.timers!r}")
+        if str(o.batching) not in ("static", "continuous"):
+            p.append(f"backend.options.batching must be static or continuous, got {o.batching!r}")
         return p
+
+    @property
+    def submits_all(self) -> bool:
+        """Continuous batching: a pass submits every request at once (the protocol's block is the whole cell)."""
+        return self.batching == "continuous"
+
+    def engine_seqs(self, batch_size: int) -> int:
+        """``max_num_seqs`` of the engine for a pass of ``batch_size`` in flight: continuous batching caps the
+        engine at exactly C; static batches need at least B slots."""
+        return int(batch_size) if self.submits_all else max(self.max_num_seqs, int(batch_size))
 
     # ---- engines -------------------------------------------------------------------------------
     def check(self, drafter, batch_size: int) -> None:
@@ -143,7 +158,7 @@ class VllmBackend(Backend):
 
     def _engine(self, drafter, batch_size: int, log_dir: str | None = None):
         spec_cfg = speculative_config(drafter)
-        seqs = max(self.max_num_seqs, batch_size)
+        seqs = self.engine_seqs(batch_size)
         key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
         if key in self._engines:
             self._engines.move_to_end(key)
@@ -263,6 +278,9 @@ class _VllmSession(Session):
         self.timed_rows: list[dict] = []
         self.span_ratios: list[float] = []  # per request: sum of timed iteration periods / vLLM's decode span
         self.unmatched = 0  # requests whose timed iterations did not line up with vLLM's per-request steps
+
+    def group_size(self, n_requests: int) -> int:
+        return n_requests if self.backend.submits_all else self.spec.batch_size
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         from vllm.inputs import TokensPrompt

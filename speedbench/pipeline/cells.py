@@ -16,10 +16,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from .. import metrics
+from .. import metrics, metrics_latency
 from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult, Request
+from .load import identity as load_identity
 
 NAN = math.nan
 
@@ -59,6 +60,9 @@ class CellKey:
             "max_new_tokens": run.max_new_tokens,
             "ignore_eos": run.ignore_eos,
         }
+        load = load_identity(run.load)
+        if load is not None:  # a load point; runs without load options keep their ids
+            identity["load"] = load
         setting = stable_hash(identity)
         digest = prompts_digest(prompts) if prompts is not None else ""
         return CellKey(
@@ -79,8 +83,10 @@ def prompts_digest(prompts: "Sequence[Request]") -> str:
 def dataset_identity(dataset) -> dict:
     """The dataset settings that define a cell; ``on_too_long`` and ``control_tokens`` only when
     they change the prompts (their defaults keep the ids of folders written before they existed;
-    ``control_tokens=keep`` feeds the prompts as those folders did)."""
-    ident = asdict_clean(dataset, drop=("name", "on_too_long", "control_tokens"))
+    ``control_tokens=keep`` feeds the prompts as those folders did); ``input_len``/``output_len``
+    only when set (``dataset=random``)."""
+    unset = tuple(k for k in ("input_len", "output_len") if getattr(dataset, k, None) is None)  # keep older ids
+    ident = asdict_clean(dataset, drop=("name", "on_too_long", "control_tokens") + unset)
     if getattr(dataset, "on_too_long", "error") != "error":
         ident["on_too_long"] = dataset.on_too_long
     if getattr(dataset, "control_tokens", "refuse") == "escape":
@@ -109,7 +115,7 @@ def _key_fields(key: CellKey) -> dict:
 
 def summarize(
     key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int,
-    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None,
+    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None, slo=None,
 ) -> CellResult:
     """The cell row from matched baseline and speculative passes on the same requests (every repeat)."""
     protocol = protocol or ProtocolConfig()
@@ -119,6 +125,7 @@ def summarize(
                                   protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
     tps = values.pop("tokens_per_step")
     values |= timing_columns(base, spec, values, tps)
+    values |= metrics_latency.load_point_columns(base, spec, slo, protocol.confidence, protocol.n_resamples)
     return CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),

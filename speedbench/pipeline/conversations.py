@@ -56,8 +56,21 @@ def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> G
         rec, rows = fold_turns(req, spec.role, turns, batch_index, spec.repeat)
         records.append(rec)
         steps += rows
+    records = _relative_starts(records)
     extra = session.finish(records, steps)
     return GenerateOutput(records, steps, session.wall_s if session.wall_s is not None else wall, extra)
+
+
+def _relative_starts(records: list[RequestRecord]) -> list[RequestRecord]:
+    """Send times as seconds from the pass's first send (records carry the absolute clock until here)."""
+    import math
+    from dataclasses import replace
+
+    starts = [r.t_start for r in records if math.isfinite(r.t_start)]
+    if not starts:
+        return records
+    t0 = min(starts)
+    return [replace(r, t_start=r.t_start - t0) if math.isfinite(r.t_start) else r for r in records]
 
 
 def batches(requests: list[Request], size: int) -> Iterator[list[Request]]:
@@ -97,7 +110,7 @@ def _conversations(session: Session, group: list[Request], ids: _Iterations):
     history: list[list[tuple[str, TurnResult]]] = [[] for _ in group]
     for turn in range(max(len(r.turns) for r in group)):
         rows = [b for b, r in enumerate(group) if len(r.turns) > turn]
-        inputs = [TurnInput(group[b], turn, session.render(history[b], group[b].turns[turn]), tuple(history[b]))
+        inputs = [TurnInput(group[b], turn, _prompt(session, group[b], turn, history[b]), tuple(history[b]))
                   for b in rows]
         results = yield inputs
         if len(results) != len(inputs):
@@ -106,6 +119,14 @@ def _conversations(session: Session, group: list[Request], ids: _Iterations):
         for b, res in zip(rows, results):
             history[b].append((group[b].turns[turn], res))
     return [[res for _, res in h] for h in history]
+
+
+def _prompt(session: Session, req: Request, turn: int, history):
+    """The engine's prompt of a turn: the request's own token ids for its first turn when it has them
+    (dataset=random: no chat template), else the rendered conversation."""
+    if turn == 0 and req.prompt_ids:
+        return list(req.prompt_ids)
+    return session.render(history, req.turns[turn])
 
 
 def _outcomes(group: list[Request], turns: list | None = None, exc: BaseException | None = None) -> list[Outcome]:
@@ -118,7 +139,7 @@ def _outcomes(group: list[Request], turns: list | None = None, exc: BaseExceptio
 def _run_batches(session: Session, requests: list[Request], spec: GenerateSpec, ids: _Iterations) -> list[Outcome]:
     """Static batches of B conversations, one ``run_turns`` call per turn; a failed batch is data."""
     out: list[Outcome] = []
-    for batch in batches(requests, spec.batch_size):
+    for batch in batches(requests, max(1, session.group_size(len(requests)))):
         conv = _conversations(session, batch, ids)
         try:
             inputs = next(conv)
@@ -178,6 +199,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
     kept_known = True
     chunks: list[int] = []
     turn_chunks: list[int] = []
+    gaps: list[float] = []
     decode_s, decode_tokens, e2e, prompt_tokens = 0.0, 0, 0.0, 0
     sources = {t.al_source for t in turns}
     for turn_no, turn in enumerate(turns):
@@ -193,6 +215,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
             for k, n in enumerate(turn.hist):
                 add_hist(hist, k, n)
             kept_known = kept_known and turn.n_drafts == 0
+        gaps += turn.chunk_gaps or ()
         if chunks is not None and turn.chunks is not None:
             chunks += turn.chunks
             turn_chunks.append(len(turn.chunks))
@@ -222,6 +245,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
         repeat=repeat, kept=kept if kept_known else -1, accepted_kept=accepted_kept if kept_known else -1,
         chunks=tuple(chunks) if chunks is not None else (), turn_chunks=tuple(turn_chunks) if chunks is not None else (),
         turn_tokens=tuple(len(t.output_ids) for t in turns), turn_finish=tuple(t.finish for t in turns),
+        t_start=turns[0].t_send if turns else NAN, chunk_gaps=tuple(gaps),
     )
     return rec, steps
 

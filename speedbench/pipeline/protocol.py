@@ -95,7 +95,28 @@ def merge_passes(outs: list[GenerateOutput]) -> GenerateOutput:
         top = max((s.iteration for s in o.steps), default=-1)
         steps += [replace(s, iteration=s.iteration + offset) if offset and s.iteration >= 0 else s for s in o.steps]
         offset += top + 1
+    extra |= pooled_extra([o.extra for o in outs])
     return GenerateOutput([r for o in outs for r in o.requests], steps, sum(o.wall_s for o in outs), extra)
+
+
+def pooled_extra(extras: list[dict]) -> dict:
+    """Pass notes that are counts, pooled over every pass (as ``al`` pools every repeat): the
+    engine's counter deltas (``counters``) and the merged-chunk counts; the rest is the last pass's."""
+    from ..backends.spec_counters import SpecCounters
+
+    out: dict = {}
+    deltas = [e["counters"] for e in extras if isinstance(e.get("counters"), dict)]
+    if deltas:
+        total = SpecCounters()
+        for c in deltas:
+            total = total + SpecCounters(int(c.get("drafts", 0)), int(c.get("draft_tokens", 0)), int(c.get("accepted", 0)),
+                                         tuple(int(x) for x in c.get("per_pos", ())))
+        out["counters"] = total.as_dict() | {"passes": len(deltas)}
+    merged = [(e["merged_chunks"], e["stream_chunks"]) for e in extras if "stream_chunks" in e]
+    if merged:
+        m, n = sum(a for a, _ in merged), sum(b for _, b in merged)
+        out |= {"merged_chunks": m, "stream_chunks": n, "merged_chunk_frac": m / n if n else math.nan}
+    return out
 
 
 def interleaving(backend: Backend, cfg: ProtocolConfig) -> str:
@@ -119,7 +140,7 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
     noise = NoiseMeter(threads=threads)
     mode = interleaving(backend, cfg)
-    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous)
+    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous or backend.submits_all)
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
     repeat = 0

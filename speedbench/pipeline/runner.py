@@ -22,6 +22,7 @@ from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord,
 from ..results import provenance, runlock
 from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
+from .load import columns as load_columns, in_flight, point_requests, warmup_sample
 from .validation import dataset_spec  # noqa: F401 - the runner's public helper
 from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
 
@@ -64,15 +65,15 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
     faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
-    return GenerateSpec(drafter, run.batch_size, run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
-                        log_dir=str(Path(run.results_dir) / run.run_id))
+    return GenerateSpec(drafter, in_flight(run), run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
+                        log_dir=str(Path(run.results_dir) / run.run_id), load=run.load)
 
 
 def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
     """Untimed-for-results passes of baseline and speculative decoding; returns their wall time."""
-    if run.warmup_batches == 0:
+    sample = warmup_sample(run, requests)
+    if not sample:
         return 0.0
-    sample = requests[: run.batch_size * run.warmup_batches]
     t0 = time.perf_counter()
     for drafter in (BASELINE, run.drafter):
         conversations.generate(backend, sample, generate_spec(run, drafter, "warmup"))
@@ -197,7 +198,7 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
     key = overall_key(run, bucket, parts)
     info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
     cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
-                     info_device, n_gpus, run.protocol, run.acceptance)
+                     info_device, n_gpus, run.protocol, run.acceptance, run.slo)
     noise = cell.speedup_noise
     reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
     if not (math.isfinite(noise) and noise <= run.protocol.target_rel_half_width):
@@ -221,7 +222,8 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
     backend = get_backend(run)
-    backend.check(run.drafter, run.batch_size)
+    backend.attach_run_folder(store.root)
+    backend.check(run.drafter, in_flight(run))
     info = backend.info()
     device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
     store.write_provenance(provenance.collect(run, info, device))
@@ -240,18 +242,19 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     bars = _Progress(todo, progress, run)
     threads = int(info.get("torch_threads", 0)) if backend.in_process else 0
     for key, reqs in bars.cells:
+        reqs = point_requests(reqs, run.load.num_requests)
         try:
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
-            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol, run.acceptance),
-                                run, reqs, prepared)
+            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol, run.acceptance,
+                                          run.slo), run, reqs, prepared)
             reason = m.instability(cell.speedup_noise, run.protocol)
             cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
                            extra={**cell.extra, "wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
                                   "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
-                                                             "blocks": len(protocol.blocks(reqs, run.batch_size, backend.asynchronous))}})
+                                                             "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
@@ -285,7 +288,8 @@ def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> Ce
         extra["prompts_truncated"] = len(ids & set(prepared.truncated))
         if prepared.escaped:
             extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
-    return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran)
+    return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran,
+                   **load_columns(run))
 
 
 

@@ -31,8 +31,8 @@ from ..config import ConfigError  # noqa: F401 - re-exported: the error every ch
 from ..data.control import CONTROL_TOKENS
 
 ON_TOO_LONG = ("error", "skip", "truncate")
-MODEL_BACKENDS = ("torch", "hf", "vllm", "openai")  # backends that tokenize with the target's tokenizer
-SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",)}  # methods that need the target's vocabulary
+MODEL_BACKENDS = ("torch", "hf", "vllm", "openai", "vllm_serve")  # backends that tokenize with the target's tokenizer
+SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",), "vllm_serve": ("draft_model",)}  # methods that need the target's vocabulary
 
 
 @dataclass
@@ -158,7 +158,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     if backend == "openai":
         return p, target
     draft = None
-    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm"):
+    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm", "vllm_serve"):
         model = getattr(d, "model", None) or d.engine_args.get("model")
         if not model:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
@@ -324,6 +324,8 @@ def prepare(run) -> Prepared:
     problems = check_settings(run)
     model_problems, target_cfg = check_models(run)
     problems += model_problems
+    if run.dataset.source == "random":
+        return _prepare_random(run, problems, target_cfg)
     try:
         spec = run_dataset_spec(run)
         requests = load_requests(spec, None)
@@ -341,3 +343,20 @@ def prepare(run) -> Prepared:
         raise ConfigError(prompt_problems)
     prepared.escaped = escaped
     return prepared
+
+
+def _prepare_random(run, problems: list[str], target_cfg) -> Prepared:
+    """``dataset.source=random``: seeded random token ids from the target's vocabulary (``data.random_tokens``)."""
+    from ..data import random_tokens
+    from ..models import load_tokenizer
+
+    problems = problems + random_tokens.problems(run, target_cfg)
+    if problems:
+        raise ConfigError(problems)
+    t = run.target
+    try:
+        tokenizer = load_tokenizer(t.path, t.revision, t.trust_remote_code)
+    except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot load is a config problem
+        raise ConfigError(f"target.path={t.path!r}: cannot load its tokenizer: {exc}") from None
+    vocab = int((target_cfg or {}).get("vocab_size") or len(tokenizer))
+    return Prepared(random_tokens.requests(run, tokenizer, vocab))

@@ -1,0 +1,248 @@
+"""Server processes the harness starts itself (``backend=vllm_serve``): launch, health check, logs, stop.
+
+A :class:`ServerSet` is a context manager holding one server process per role (the baseline,
+one per speculative config). Each server:
+
+* listens on a free loopback port of 127.0.0.1 (the port is picked just before the start);
+* runs in a process group of its own (``start_new_session``), so stopping it stops every
+  process it started (vLLM's engine core, its workers); on Linux it also gets SIGTERM when the
+  harness dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed harness leaves no server behind
+  (the server's own children go with it when it shuts down);
+* writes stdout and stderr to ``<log_dir>/server-<role>.log`` (the run folder's
+  ``engine-logs/``);
+* is ready when ``GET <root><health_path>`` answers 200 within ``ready_timeout_s``; its
+  start-up time (launch to ready) is recorded in :attr:`Server.startup_s` and never measured.
+
+Every live server is also known to this module: an ``atexit`` hook and SIGTERM / SIGHUP
+handlers (installed with the first start) stop them all, so a normal exit, a failure, Ctrl-C
+(KeyboardInterrupt unwinds to the hook) and a SIGTERM of the harness all stop the servers.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+HOST = "127.0.0.1"
+STOP_GRACE_S = 20.0
+_LIVE: dict[int, "Server"] = {}
+_LOCK = threading.Lock()
+_INSTALLED: list[bool] = [False]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    """A function for the child (run between fork and exec) that asks the kernel to send it SIGTERM
+    when the harness dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``); None elsewhere. libc is
+    loaded here, in the parent, so the child only makes the call (no imports after fork)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    sig = int(signal.SIGTERM)
+
+    def set_death_signal() -> None:  # pragma: no cover - runs in the child
+        prctl(1, sig)  # PR_SET_PDEATHSIG
+
+    return set_death_signal
+
+
+class Server:
+    """One server process: ``argv`` plus ``--host``/``--port`` style arguments from ``port_args``."""
+
+    def __init__(self, role: str, argv: list[str], log_path: Path, health_path: str = "/health",
+                 port_args: tuple[str, ...] = ("--host", "{host}", "--port", "{port}")) -> None:
+        self.role, self.log_path, self.health_path = role, Path(log_path), health_path
+        self.port = free_port()
+        self.argv = [*argv, *(a.format(host=HOST, port=self.port) for a in port_args)]
+        self.root = f"http://{HOST}:{self.port}"
+        self.url = self.root + "/v1"
+        self.proc: subprocess.Popen | None = None
+        self.startup_s = float("nan")
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        _install_handlers()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as sink:
+            sink.write(f"# {' '.join(self.argv)}\n".encode())
+            sink.flush()
+            self._t0 = time.perf_counter()
+            self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=_die_with_parent())
+        with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
+            sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
+        with _LOCK:
+            _LIVE[self.proc.pid] = self
+        log.info("server %s: pid %d on %s, log %s", self.role, self.proc.pid, self.url, self.log_path)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Block until the health check answers 200; returns the start-up time. Raises (and stops the
+        server) when it exits or is not ready within ``timeout_s``."""
+        deadline = self._t0 + timeout_s
+        while time.perf_counter() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                self.stop()
+                raise RuntimeError(f"server {self.role} ({self.argv[0]} ...) exited with code {code} before it was "
+                                   f"ready; log {self.log_path}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(self.root + self.health_path, timeout=5) as r:
+                    if r.status == 200:
+                        self.startup_s = time.perf_counter() - self._t0
+                        log.info("server %s ready after %.1f s", self.role, self.startup_s)
+                        return self.startup_s
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"server {self.role} not ready after {timeout_s:g} s (backend.options.ready_timeout_s); "
+                           f"log {self.log_path}: {self.tail()}")
+
+    def tail(self, n: int = 1500) -> str:
+        try:
+            return " | ".join(self.log_path.read_text(errors="replace")[-n:].strip().splitlines()[-8:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group, SIGKILL after ``STOP_GRACE_S``; idempotent."""
+        proc = self.proc
+        if proc is None:
+            return
+        with _LOCK:
+            _LIVE.pop(proc.pid, None)
+        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait)
+                # the leader is gone; members it left behind get the same signal
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def info(self) -> dict:
+        return {"role": self.role, "url": self.url, "pid": self.pid, "startup_s": self.startup_s,
+                "log": self.log_path.name}
+
+
+class ServerSet:
+    """The servers of one backend: started on demand per role, at most ``max_servers`` alive
+    (the oldest speculative one is stopped to make room; the baseline stays), all stopped on exit."""
+
+    def __init__(self, log_dir: Path, ready_timeout_s: float = 600.0, max_servers: int = 2,
+                 health_path: str = "/health", port_args: tuple[str, ...] = ("--host", "{host}", "--port", "{port}")) -> None:
+        self.log_dir = Path(log_dir)
+        self.ready_timeout_s, self.max_servers = float(ready_timeout_s), int(max_servers)
+        self.health_path, self.port_args = health_path, tuple(port_args)
+        self.servers: dict[str, Server] = {}  # key -> server, oldest first
+        self.starts: list[dict] = []  # every start: role, seconds to ready
+
+    def __enter__(self) -> "ServerSet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def ensure(self, items: list[tuple[str, str, list[str]]]) -> list[Server]:
+        """The servers for ``(key, role, argv)``: those not running are started together (in parallel)
+        and waited for; returns them in order."""
+        new = [(k, role, argv) for k, role, argv in items if not (k in self.servers and self.servers[k].alive())]
+        keep = {k for k, _, _ in items}
+        while len(self.servers) + len(new) > self.max_servers:
+            old = next((k for k in self.servers if k not in keep), None)
+            if old is None:
+                break
+            log.info("stopping server %s to make room (max_servers=%d)", self.servers[old].role, self.max_servers)
+            self.servers.pop(old).stop()
+        started = []
+        try:
+            for k, role, argv in new:
+                self.servers.pop(k, None)
+                server = Server(role, argv, self.log_dir / f"server-{role}.log", self.health_path, self.port_args)
+                server.start()
+                self.servers[k] = server
+                started.append(server)
+            for server in started:
+                server.wait_ready(self.ready_timeout_s)
+                self.starts.append({"role": server.role, "startup_s": server.startup_s})
+        except BaseException:
+            for server in started:
+                server.stop()
+            for k in [k for k, s in self.servers.items() if s in started]:
+                self.servers.pop(k)
+            raise
+        return [self.servers[k] for k, _, _ in items]
+
+    def pids(self) -> list[int]:
+        return [s.pid for s in self.servers.values() if s.pid is not None]
+
+    def close(self) -> None:
+        while self.servers:
+            self.servers.pop(next(iter(self.servers))).stop()
+
+
+def stop_all() -> None:
+    """Stop every server this process started (atexit, signal handlers)."""
+    with _LOCK:
+        live = list(_LIVE.values())
+    for server in live:
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+
+
+def _install_handlers() -> None:
+    """Once per process: stop the servers at exit and on SIGTERM / SIGHUP (then die as the signal asks)."""
+    if _INSTALLED[0]:
+        return
+    _INSTALLED[0] = True
+    atexit.register(stop_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(sig)
+
+        def handler(signum, frame, previous=previous):
+            stop_all()
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        signal.signal(sig, handler)

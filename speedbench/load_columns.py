@@ -1,0 +1,74 @@
+"""The cell columns of a load point (``metrics_latency`` fills them; ``records.CellResult`` has them).
+
+Keyword-only with defaults, so ``CellResult`` keeps its own field order for everything else and
+folders written before these columns existed still load (missing = the default: NaN / -1 / inf).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NAN = float("nan")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadPointColumns:
+    # the load point (pipeline.load): -1 = load.concurrency unset (batch_size in flight); inf = all at once
+    concurrency: int = -1
+    request_rate: float = float("inf")
+    # latency percentiles per role (ms): TTFT, TPOT (per request), ITL per chunk, E2E; ITL per token
+    ttft_ms_mean_baseline: float = NAN
+    ttft_ms_p50_baseline: float = NAN
+    ttft_ms_p90_baseline: float = NAN
+    ttft_ms_p99_baseline: float = NAN
+    ttft_ms_mean_spec: float = NAN
+    ttft_ms_p50_spec: float = NAN
+    ttft_ms_p90_spec: float = NAN
+    ttft_ms_p99_spec: float = NAN
+    tpot_ms_mean_baseline: float = NAN
+    tpot_ms_p50_baseline: float = NAN
+    tpot_ms_p90_baseline: float = NAN
+    tpot_ms_p99_baseline: float = NAN
+    tpot_ms_mean_spec: float = NAN
+    tpot_ms_p50_spec: float = NAN
+    tpot_ms_p90_spec: float = NAN
+    tpot_ms_p99_spec: float = NAN
+    itl_ms_mean_baseline: float = NAN
+    itl_ms_p50_baseline: float = NAN
+    itl_ms_p90_baseline: float = NAN
+    itl_ms_p99_baseline: float = NAN
+    itl_ms_mean_spec: float = NAN
+    itl_ms_p50_spec: float = NAN
+    itl_ms_p90_spec: float = NAN
+    itl_ms_p99_spec: float = NAN
+    e2e_ms_mean_baseline: float = NAN
+    e2e_ms_p50_baseline: float = NAN
+    e2e_ms_p90_baseline: float = NAN
+    e2e_ms_p99_baseline: float = NAN
+    e2e_ms_mean_spec: float = NAN
+    e2e_ms_p50_spec: float = NAN
+    e2e_ms_p90_spec: float = NAN
+    e2e_ms_p99_spec: float = NAN
+    itl_token_ms_mean_baseline: float = NAN
+    itl_token_ms_p50_baseline: float = NAN
+    itl_token_ms_p90_baseline: float = NAN
+    itl_token_ms_p99_baseline: float = NAN
+    itl_token_ms_mean_spec: float = NAN
+    itl_token_ms_p50_spec: float = NAN
+    itl_token_ms_p90_spec: float = NAN
+    itl_token_ms_p99_spec: float = NAN
+    # throughput per role over the pass windows (first send -> last token), every repeat pooled
+    output_tok_s_baseline: float = NAN
+    output_tok_s_spec: float = NAN
+    requests_s_baseline: float = NAN
+    requests_s_spec: float = NAN
+    goodput_baseline: float = NAN  # requests/s meeting every SLO set (slo.*); NaN when none is set
+    goodput_spec: float = NAN
+    failed_requests_baseline: int = 0  # failures are data: counted over every repeat
+    failed_requests_spec: int = 0
+    # speedups of throughput and goodput (spec / baseline per repeat; the speedup estimator over repeats)
+    speedup_throughput: float = NAN
+    speedup_throughput_ci_low: float = NAN
+    speedup_throughput_ci_high: float = NAN
+    speedup_goodput: float = NAN
+    speedup_goodput_ci_low: float = NAN
+    speedup_goodput_ci_high: float = NAN

@@ -1,0 +1,180 @@
+"""Latency and throughput of a load point, per role, from per-request records (docs/load.md).
+
+Definitions (all from the client's clock; a request's repeats pooled with every other request):
+
+* TTFT = send -> first chunk with tokens; E2E = send -> last token (summed over turns);
+* TPOT = (t_last - t_first) / (tokens - 1) per request (the records' ``tpot``), so a request
+  weighs the same however long it is; ``vllm bench serve`` defines it the same way;
+* ITL per chunk (``itl_ms_*``): every gap between two consecutive streamed chunks with tokens
+  of one turn, one value per gap, as ``vllm bench serve`` reports ITL. With speculation a chunk
+  is one engine step of up to 1 + D tokens, so this ITL is about AL x TPOT and is NOT comparable
+  with a baseline's (one token per chunk);
+* ITL per token (``itl_token_ms_*``): a gap that ends with a chunk of k tokens counts k times as
+  gap / k (the gap spread over the tokens it delivered): comparable across baseline and
+  speculation, and the tail a user sees per token;
+* statistics: mean, p50, p90, p99 (linear-interpolated percentiles, numpy's default and
+  vllm bench's);
+* windows: per (role, repeat), first send -> last token of that pass (from ``t_start`` + E2E);
+  ``output_tok_s`` = output tokens / window, ``requests_s`` = finished requests / window,
+  ``goodput`` = requests meeting every SLO set (``slo.ttft_ms``, ``slo.tpot_ms``,
+  ``slo.e2e_ms``) / window (NaN when no SLO is set); each pools the repeats (sums over sums);
+* ``speedup_throughput`` / ``speedup_goodput``: per repeat the ratio spec / baseline of that
+  repeat's pair of windows, through the same estimator (and interval) as ``speedup``
+  (``metrics.paired_speedup``, here with one row: the interval comes from the repeats);
+* failures are data: ``failed_requests_*`` counts them; a failed request meets no SLO.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import metrics
+from .records import STATUS_OK, RequestRecord
+
+NAN = math.nan
+STATS = ("mean", "p50", "p90", "p99")
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """mean, p50, p90, p99 of the finite values; NaN for each when there is none."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return {s: NAN for s in STATS}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def gap_tokens(record: RequestRecord) -> list[int] | None:
+    """Tokens of the chunk that ends each of the record's ``chunk_gaps`` (None: chunk counts not known)."""
+    if not record.chunks or not record.turn_chunks:
+        return None
+    out: list[int] = []
+    start = 0
+    for n in record.turn_chunks:
+        out += list(record.chunks[start + 1 : start + n])
+        start += n
+    return out if len(out) == len(record.chunk_gaps) else None
+
+
+def itl_per_chunk(records: Sequence[RequestRecord]) -> list[float]:
+    return [g for r in records if r.status == STATUS_OK for g in r.chunk_gaps]
+
+
+def itl_per_token(records: Sequence[RequestRecord]) -> list[float]:
+    """Each gap spread over the k tokens of the chunk that ended it: k values of gap / k."""
+    out: list[float] = []
+    for r in records:
+        if r.status != STATUS_OK:
+            continue
+        tokens = gap_tokens(r)
+        if tokens is None:
+            continue
+        for gap, k in zip(r.chunk_gaps, tokens):
+            if k > 0:
+                out += [gap / k] * k
+    return out
+
+
+def slo_set(slo) -> dict[str, float]:
+    """The objectives set, in ms (``config.SloConfig`` or a dict)."""
+    if slo is None:
+        return {}
+    get = slo.get if isinstance(slo, dict) else lambda k: getattr(slo, k, None)
+    return {k: float(get(k)) for k in SLO_KEYS if get(k) is not None}
+
+
+def meets_slo(record: RequestRecord, objectives: dict[str, float]) -> bool:
+    """True when the request finished and is within every objective (a missing value meets none)."""
+    if record.status != STATUS_OK:
+        return False
+    values = {"ttft_ms": record.ttft * 1e3, "tpot_ms": record.tpot * 1e3, "e2e_ms": record.e2e * 1e3}
+    for key, limit in objectives.items():
+        v = values[key]
+        if key == "tpot_ms" and record.n_tokens < 2:
+            continue  # one token: no TPOT to miss
+        if not (math.isfinite(v) and v <= limit):
+            return False
+    return True
+
+
+def windows(records: Sequence[RequestRecord]) -> dict[int, float]:
+    """Per repeat: seconds from the pass's first send to its last token (NaN when send times are not known)."""
+    out: dict[int, float] = {}
+    for rep in sorted({r.repeat for r in records}):
+        these = [r for r in records if r.repeat == rep]
+        starts = [r.t_start for r in these if math.isfinite(r.t_start)]
+        ends = [r.t_start + r.e2e for r in these if r.status == STATUS_OK and math.isfinite(r.t_start) and math.isfinite(r.e2e)]
+        out[rep] = max(ends) - min(starts) if starts and ends else NAN
+    return out
+
+
+def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN) -> dict[int, dict]:
+    """Per repeat: window (s), output tokens, finished and SLO-meeting requests. Without send times the
+    pass wall time (``wall_s``, all repeats) is split evenly over the repeats (``shared``: the speedups
+    of throughput and goodput then have a point but no interval)."""
+    wins = windows(records)
+    shared = bool(wins) and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s)
+    if shared:
+        wins = {k: wall_s / len(wins) for k in wins}
+    out = {}
+    for rep, win in wins.items():
+        these = [r for r in records if r.repeat == rep]
+        ok = [r for r in these if r.status == STATUS_OK]
+        out[rep] = {"window": win, "shared": shared, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
+                    "good": sum(meets_slo(r, objectives) for r in these) if objectives else NAN}
+    return out
+
+
+def _rate(rows: dict[int, dict], what: str) -> float:
+    wins = [row["window"] for row in rows.values()]
+    if not rows or not all(math.isfinite(w) and w > 0 for w in wins):
+        return NAN
+    return float(sum(row[what] for row in rows.values()) / sum(wins))
+
+
+def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, confidence: float,
+                   n_resamples: int) -> tuple[float, float, float]:
+    ratios = []
+    for rep in sorted(base.keys() & spec.keys()):
+        b, s = base[rep], spec[rep]
+        rb = b[what] / b["window"] if b["window"] > 0 else NAN
+        rs = s[what] / s["window"] if s["window"] > 0 else NAN
+        ratios.append(rs / rb if rb > 0 and math.isfinite(rs) else NAN)
+    if not ratios:
+        return NAN, NAN, NAN
+    est = metrics.paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples)
+    if any(row["shared"] for row in (*base.values(), *spec.values())):
+        return est.point, NAN, NAN  # one wall time split over the repeats: no per-repeat variation to show
+    return est.point, est.low, est.high
+
+
+def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN) -> dict:
+    """Every per-role column of a load point (``<x>_ms_<stat>_<role>``, rates, failures)."""
+    ok = [r for r in records if r.status == STATUS_OK]
+    out: dict = {}
+    for name, values in (("ttft", [r.ttft for r in ok]), ("tpot", [r.tpot for r in ok]),
+                         ("itl", itl_per_chunk(ok)), ("e2e", [r.e2e for r in ok]), ("itl_token", itl_per_token(ok))):
+        for stat, v in summary(values).items():
+            out[f"{name}_ms_{stat}_{role}"] = v * 1e3
+    rows = per_repeat(records, objectives, wall_s)
+    out[f"output_tok_s_{role}"] = _rate(rows, "tokens")
+    out[f"requests_s_{role}"] = _rate(rows, "ok")
+    out[f"goodput_{role}"] = _rate(rows, "good") if objectives else NAN
+    out[f"failed_requests_{role}"] = len(records) - len(ok)
+    return out
+
+
+def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> dict:
+    """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat)."""
+    objectives = slo_set(slo)
+    out = role_columns(base.requests, "baseline", objectives, base.wall_s)
+    out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
+    rb, rs = per_repeat(base.requests, objectives, base.wall_s), per_repeat(spec.requests, objectives, spec.wall_s)
+    t = _ratio_speedup(rb, rs, "tokens", confidence, n_resamples)
+    out |= {"speedup_throughput": t[0], "speedup_throughput_ci_low": t[1], "speedup_throughput_ci_high": t[2]}
+    g = _ratio_speedup(rb, rs, "good", confidence, n_resamples) if objectives else (NAN, NAN, NAN)
+    out |= {"speedup_goodput": g[0], "speedup_goodput_ci_low": g[1], "speedup_goodput_ci_high": g[2]}
+    return out

@@ -1,0 +1,113 @@
+"""Load points (``load.*``): how many requests are in flight, when they arrive, which requests run.
+
+* Closed loop: ``load.concurrency`` = C requests in flight (servers: at most C streams open at
+  once; offline vLLM: static batches of C, or every request submitted with ``max_num_seqs=C``
+  under ``backend.options.batching=continuous``). Unset: today's ``batch_size`` semantics.
+* Open loop: ``load.request_rate`` requests/s; inter-arrival times are gamma distributed with
+  shape ``load.burstiness`` and mean 1 / rate (shape 1 = Poisson; < 1 burstier, > 1 more
+  regular), as ``vllm bench serve`` draws them; seeded, so baseline and speculative windows of
+  a point see the same arrival times. Both can be set: arrivals at the rate, at most C in flight.
+* ``load.num_requests``: requests per point (the cell's prompts cycled, each copy its own id
+  ``<id>#k``); ``load.warmup_requests``: warm-up requests before the point, never measured.
+
+A run without load options keeps today's cell ids (``identity`` returns None).
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from typing import Any
+
+from ..records import Request
+
+
+def active(load) -> bool:
+    """True when any load option that changes what is measured is set."""
+    return load.concurrency is not None or math.isfinite(load.request_rate) or load.num_requests is not None
+
+
+def in_flight(run) -> int:
+    """The in-flight bound of a pass: ``load.concurrency`` when set, else ``batch_size``."""
+    return int(run.load.concurrency) if run.load.concurrency is not None else int(run.batch_size)
+
+
+def identity(load) -> dict[str, Any] | None:
+    """The load settings that define a cell; None without load options (cell ids stay as they were)."""
+    if not active(load):
+        return None
+    ident: dict[str, Any] = {"concurrency": load.concurrency, "num_requests": load.num_requests}
+    if math.isfinite(load.request_rate):
+        ident |= {"request_rate": float(load.request_rate), "burstiness": float(load.burstiness)}
+    return ident
+
+
+def columns(run) -> dict[str, Any]:
+    """The cell columns ``concurrency`` (-1: not set) and ``request_rate`` (inf: all at once)."""
+    c = run.load.concurrency
+    return {"concurrency": int(c) if c is not None else -1, "request_rate": float(run.load.request_rate)}
+
+
+def point_requests(requests: list[Request], num_requests: int | None) -> list[Request]:
+    """The requests of one load point: ``requests`` cycled or cut to ``num_requests``."""
+    if num_requests is None or not requests:
+        return list(requests)
+    out = []
+    for i in range(int(num_requests)):
+        r = requests[i % len(requests)]
+        k = i // len(requests)
+        out.append(r if k == 0 else replace(r, request_id=f"{r.request_id}#{k}"))
+    return out
+
+
+def warmup_sample(run, requests: list[Request]) -> list[Request]:
+    """The warm-up requests: ``load.warmup_requests`` when set, else ``warmup_batches`` x B."""
+    if run.load.warmup_requests is not None:
+        return point_requests(requests, run.load.warmup_requests) if run.load.warmup_requests else []
+    return requests[: run.batch_size * run.warmup_batches]
+
+
+def interarrival(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:
+    """One gap (s) between arrivals: gamma(shape=burstiness, scale=1 / (rate * burstiness)); 0 at rate inf."""
+    if not math.isfinite(rate) or rate <= 0:
+        return 0.0
+    if burstiness == 1.0:  # the same distribution; expovariate keeps the seeded sequences of earlier runs
+        return rng.expovariate(rate)
+    return rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+
+
+def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+    """Offsets (s) of ``n`` arrivals from the start of a pass; the first arrives at 0."""
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for i in range(n):
+        if i:
+            t += interarrival(rng, rate, burstiness)
+        out.append(t)
+    return out
+
+
+def load_problems(run) -> list[str]:
+    """The load and SLO options' values (messages name the option)."""
+    ld, p = run.load, []
+
+    def bad_int(name, v, low):
+        return v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low)
+
+    if bad_int("concurrency", ld.concurrency, 1):
+        p.append(f"load.concurrency must be an integer >= 1 (or unset), got {ld.concurrency!r}")
+    if bad_int("num_requests", ld.num_requests, 1):
+        p.append(f"load.num_requests must be an integer >= 1 (or unset), got {ld.num_requests!r}")
+    if bad_int("warmup_requests", ld.warmup_requests, 0):
+        p.append(f"load.warmup_requests must be an integer >= 0 (or unset), got {ld.warmup_requests!r}")
+    if not (isinstance(ld.request_rate, (int, float)) and ld.request_rate > 0):
+        p.append(f"load.request_rate must be > 0 requests/s (inf = all at once), got {ld.request_rate!r}")
+    elif math.isfinite(ld.request_rate) and run.backend.name not in ("openai", "vllm_serve"):
+        p.append(f"load.request_rate needs a server backend (openai or vllm_serve), not backend={run.backend.name}")
+    if not (isinstance(ld.burstiness, (int, float)) and 0 < ld.burstiness < math.inf):
+        p.append(f"load.burstiness must be a positive number (1.0 = Poisson), got {ld.burstiness!r}")
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        v = getattr(run.slo, key)
+        if v is not None and not (isinstance(v, (int, float)) and v > 0):
+            p.append(f"slo.{key} must be a positive number of milliseconds (or unset), got {v!r}")
+    return p
