@@ -61,6 +61,10 @@ def test_one_draft_forward_per_step_with_the_bonus_slot_first(tiny_target, tiny_
     assert par.tokens.shape == (3, 4) and (par.n_proposed == 4).all()
     assert torch.equal(par.tokens[:, 0], ser.tokens[:, 0])  # the bonus slot is an ordinary next-token step
     assert torch.equal(pard.lm.lens, history.lens)  # masks cut off again: only real tokens stay cached
+    with torch.no_grad():  # the same drafts as one plain forward over prompt + D-1 masks (the training view)
+        for b, p in enumerate(rows):
+            plain = tiny_draft(input_ids=torch.tensor([p + [0] * 3])).logits[0, len(p) - 1:].argmax(-1)
+            assert torch.equal(par.tokens[b], plain), b
 
 
 def test_a_model_without_pard_token_is_refused_by_name(tiny_target, tiny_draft):
