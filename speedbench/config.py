@@ -61,7 +61,7 @@ class NgramDrafterConfig(DrafterConfig):
 
 @dataclass
 class ModelDrafterConfig(DrafterConfig):
-    """A drafter with weights of its own: draft_model, eagle, eagle3, medusa, mtp, dflash, ..."""
+    """A drafter with weights of its own: draft_model, pard, eagle, eagle3, medusa, mtp, dflash, ..."""
 
     model: Optional[str] = None  # path, hub id or builtin:NAME (mtp: the target's own heads when unset)
 

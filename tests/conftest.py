@@ -17,8 +17,18 @@ def tiny_draft():
     return models.load_model("random:tiny-draft")
 
 
+def with_pard_token(model, token: int = 0):
+    """A shallow copy of ``model`` whose config names a mask token (``pard_token``): a PARD draft."""
+    import copy
+
+    out = copy.copy(model)
+    out.config = copy.copy(model.config)
+    out.config.pard_token = token
+    return out
+
+
 def make_context(target, draft, impl: str) -> DraftContext:
-    loaded = {"draft": draft, "target": target}
+    loaded = {"draft": draft, "target": target, "pard": with_pard_token(draft)}
     return DraftContext(target, LMBuilder(impl), torch.device("cpu"), lambda path: loaded[path])
 
 

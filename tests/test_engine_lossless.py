@@ -14,6 +14,7 @@ DRAFTERS = [
     ("draft_model", {"model": "draft"}),
     ("draft_model", {"model": "target"}),  # a perfect drafter: every draft accepted, bonus path
     ("layer_skip", {"num_layers": 2}),
+    ("pard", {"model": "pard"}),  # parallel drafting: D drafts from one forward over mask tokens
 ]
 
 

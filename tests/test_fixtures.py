@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from speedbench.fixtures import DEFAULT_DRAFTER, DRAFTERS, EAGLE3_HEAD, MODELS_DIR, TARGET, model_path, verify_manifest
+from speedbench.fixtures import DEFAULT_DRAFTER, DRAFTERS, EAGLE3_HEAD, MODELS_DIR, PARD_DRAFT, TARGET, model_path, verify_manifest
 from speedbench.fixtures.corpus import render_chat
 from speedbench.fixtures.manifest import read_manifest
 from speedbench.fixtures.prose import ProseGenerator
@@ -192,10 +192,12 @@ def test_quick_training_end_to_end(tmp_path):
 
     prov = train_all(tmp_path, quick=True, log=lambda *_: None)
     assert verify_manifest(tmp_path) == []
-    for name in (*ALL_MODELS, EAGLE3_HEAD):
+    for name in (*ALL_MODELS, EAGLE3_HEAD, PARD_DRAFT):
         assert (tmp_path / name / "model.safetensors").is_file()
     assert prov["quick"] is True and prov["models"][TARGET]["steps"] == 4
     assert prov["models"][EAGLE3_HEAD]["steps"] == 2 and len(prov["models"][EAGLE3_HEAD]["val_kl_per_ttt_step"]) == 3
+    assert prov["models"][PARD_DRAFT]["steps"] == 2 and len(prov["models"][PARD_DRAFT]["val_top1_match_per_depth"]) == 8
+    assert json.loads((tmp_path / PARD_DRAFT / "config.json").read_text())["pard_token"] == 2
     assert set(prov["al_greedy_D4"]) == set(DRAFTERS)
 
 
@@ -215,7 +217,7 @@ def test_quick_training_resumes_bitwise_identically(tmp_path):
 
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     train_all(whole, quick=True, run_quality=False, log=lambda *_: None)
-    for prefix in ("target step 3/", "drafters step 3/", f"{EAGLE3_HEAD} step 2/"):
+    for prefix in ("target step 3/", "drafters step 3/", f"{EAGLE3_HEAD} step 2/", f"{PARD_DRAFT} step 2/"):
         with pytest.raises(Stop):
             train_all(resumed, quick=True, run_quality=False, log=stop_at(prefix))
     train_all(resumed, quick=True, run_quality=False, log=lambda *_: None)

@@ -112,14 +112,17 @@ def test_shape_from_a_config_file(tmp_path):
 def test_draft_costs_by_mechanism():
     s, h = load_shape("llama-3.1-8b"), hardware.get("h200")
     step = cm.verify_cost(s, h, 1, 0, 1024).total_s
-    t = {m: cm.draft_time(cm.DraftSpec(m, load_shape("llama-3.2-1b") if m == "draft_model" else None,
+    t = {m: cm.draft_time(cm.DraftSpec(m, load_shape("llama-3.2-1b") if m in cm.NEEDS_SHAPE else None,
                                         layers=8), s, h, 1, 4, 1024) for m in cm.MECHANISMS}
     assert t["none"] == t["ngram"] == 0.0
     assert t["dflash"] < t["eagle3"] < t["layer_skip"] < t["draft_model"] + 4 * step
+    assert t["pard"] < t["draft_model"] / 2  # one pass of the draft over D tokens, not D sequential steps
     rho_skip = t["layer_skip"] / 4 / step
     assert 0.15 < rho_skip < 0.35  # ~ k/L = 8/32 plus the LM head
     with pytest.raises(ValueError, match="draft_model needs"):
         cm.DraftSpec("draft_model")
+    with pytest.raises(ValueError, match="pard needs"):
+        cm.DraftSpec("pard")
     with pytest.raises(ValueError, match="unknown mechanism"):
         cm.DraftSpec("telepathy")
 

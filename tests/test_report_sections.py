@@ -173,3 +173,20 @@ def test_overall_rows_are_shown_in_the_acceptance_section_and_left_out_of_the_me
         r = shown[(c["drafter"], c["num_speculative_tokens"], c["batch_size"])]
         assert r["al"] == pytest.approx(c["al"]) and r["al_request_mean"] == pytest.approx(c["al_request_mean"])
     assert all(c["category"] != "all" for c in cells)
+
+
+def test_g5_draft_cost_vs_d_beside_the_serial_model(report):
+    _, files, values, cells = report
+    rows = values["g5"]["draft_cost"]
+    draft, base, al = by_config(cells, "t_draft_ms"), by_config(cells, "t_verify_ms_baseline"), by_config(cells, "al")
+    assert {(r["mechanism"], r["D"], r["B"]) for r in rows} == set(draft)
+    for r in rows:
+        key = (r["mechanism"], r["D"], r["B"])
+        assert r["draft ms"] == pytest.approx(draft[key]) and r["AL"] == pytest.approx(al[key])
+        assert r["O_d"] == pytest.approx(draft[key] / base[key])
+        first = (r["mechanism"], min(DEPTHS), r["B"])
+        assert r["rho*D"] == pytest.approx(draft[first] / base[first] / min(DEPTHS) * r["D"])
+        # the synthetic drafters are serial (draft time c * D): measured O_d follows rho*D
+        assert r["O_d"] == pytest.approx(r["rho*D"], rel=0.05)
+        assert r["draft ms / draft ms at D_min"] == pytest.approx(r["D"] / min(DEPTHS), rel=0.05)
+    assert "Draft cost vs D per mechanism" in files.markdown.read_text()

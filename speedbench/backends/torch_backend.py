@@ -22,7 +22,7 @@ from .base import default_cpu_threads, Backend, GenerateSpec, Session, StepCount
 
 # the fields of each drafter schema the reference engine's drafters take (besides D)
 DRAFTER_FIELDS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": ("model",),
-                  "layer_skip": ("num_layers",), "eagle3": ("model",)}
+                  "layer_skip": ("num_layers",), "eagle3": ("model",), "pard": ("model",)}
 
 
 class TorchBackend(Backend):

@@ -153,7 +153,7 @@ class VllmBackend(Backend):
 
     # ---- engines -------------------------------------------------------------------------------
     def check(self, drafter, batch_size: int) -> None:
-        check_method(drafter, self._supported)
+        check_method(drafter, self._supported, self.on_cpu)
         check_synthetic(drafter, self.on_cpu)
 
     def _engine(self, drafter, batch_size: int, log_dir: str | None = None):

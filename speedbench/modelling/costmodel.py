@@ -22,7 +22,8 @@ from .hardware import Hardware
 from .shapes import ModelShape
 
 SEQUENTIAL = ("draft_model", "layer_skip", "eagle", "eagle3", "mtp")
-PARALLEL = ("dflash", "dspark", "medusa")
+PARALLEL = ("dflash", "dspark", "medusa", "pard")
+NEEDS_SHAPE = ("draft_model", "pard")  # a draft model of its own: its shape comes from --draft-config
 MECHANISMS = ("none", "ngram") + SEQUENTIAL + PARALLEL
 
 
@@ -144,8 +145,8 @@ class DraftSpec:
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; known: {list(MECHANISMS)}")
-        if self.mechanism == "draft_model" and self.shape is None:
-            raise ValueError("mechanism draft_model needs the draft model's shape (--draft-config)")
+        if self.mechanism in NEEDS_SHAPE and self.shape is None:
+            raise ValueError(f"mechanism {self.mechanism} needs the draft model's shape (--draft-config)")
 
 
 def draft_time(spec: DraftSpec, target: ModelShape, hw: Hardware, batch: int, depth: int, context: float,
@@ -155,13 +156,16 @@ def draft_time(spec: DraftSpec, target: ModelShape, hw: Hardware, batch: int, de
     none/ngram ~0 (a host-side lookup, not modelled); draft_model: D sequential steps of the
     draft model over B tokens; layer_skip: D steps of the target's first k layers (rho = k/L);
     eagle/eagle3/mtp: D steps of one layer (dense for EAGLE heads, the target's layer for MTP);
-    dflash/dspark/medusa: one parallel pass of one layer over B*D tokens.
+    dflash/dspark/medusa: one parallel pass of one layer over B*D tokens; pard: one pass of the
+    draft model over B*D tokens (the newest token and D-1 masks per sequence).
     """
     m = spec.mechanism
     if depth == 0 or m in ("none", "ngram"):
         return 0.0
     if m == "draft_model":
         return depth * verify_cost(spec.shape, hw, batch, 0, context, p).total_s
+    if m == "pard":
+        return verify_cost(spec.shape, hw, batch, depth - 1, context, p).total_s
     if m == "layer_skip":
         return depth * verify_cost(target.with_layers(spec.layers), hw, batch, 0, context, p).total_s
     if m in ("eagle", "eagle3", "mtp"):

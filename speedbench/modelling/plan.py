@@ -257,17 +257,18 @@ def main(args: argparse.Namespace) -> int:
     else:
         mechs = DEFAULT_MECHANISMS + (("draft_model",) if args.draft_config else ())
     draft_shape = load_shape(args.draft_config, args.dtype) if args.draft_config else None
-    if "draft_model" in mechs and draft_shape is None and data is not None:
+    if set(cm.NEEDS_SHAPE) & set(mechs) and draft_shape is None and data is not None:
         paths = [(p.get("config") or {}).get("drafter", {}).get("model") for p in data.provenance]
         path = next((x for x in paths if x), None)
         draft_shape = load_shape(path, args.dtype) if path else None
     notes = []
-    if "draft_model" in mechs and draft_shape is None and not args.mechanisms:
-        mechs = tuple(m for m in mechs if m != "draft_model")
-        notes.append("draft_model left out: its config is not in the results' provenance; pass --draft-config")
+    for m in cm.NEEDS_SHAPE:
+        if m in mechs and draft_shape is None and not args.mechanisms:
+            mechs = tuple(x for x in mechs if x != m)
+            notes.append(f"{m} left out: its config is not in the results' provenance; pass --draft-config")
     k = args.layer_skip_layers or max(1, target.n_layers // 4)
     try:
-        drafts = {m: cm.DraftSpec(m, draft_shape if m == "draft_model" else None, k) for m in mechs}
+        drafts = {m: cm.DraftSpec(m, draft_shape if m in cm.NEEDS_SHAPE else None, k) for m in mechs}
     except ValueError as exc:
         print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2

@@ -32,7 +32,8 @@ from ..data.control import CONTROL_TOKENS
 
 ON_TOO_LONG = ("error", "skip", "truncate")
 MODEL_BACKENDS = ("torch", "hf", "vllm", "openai", "vllm_serve")  # backends that tokenize with the target's tokenizer
-SAME_VOCAB = {"torch": ("draft_model",), "vllm": ("draft_model",), "vllm_serve": ("draft_model",)}  # methods that need the target's vocabulary
+SAME_VOCAB = {"torch": ("draft_model", "pard"), "vllm": ("draft_model", "pard"),
+              "vllm_serve": ("draft_model", "pard")}  # methods that need the target's vocabulary
 
 
 @dataclass
@@ -125,14 +126,23 @@ def known_methods(backend: str) -> tuple[str, ...] | None:
         from ..backends.hf_backend import METHODS
 
         return METHODS
-    if backend == "vllm":
+    if backend in ("vllm", "vllm_serve"):  # vllm_serve starts the same vLLM build as servers
         try:
-            from ..backends.vllm_spec import supported_methods
+            from ..backends.vllm_spec import speedbench_methods
 
-            return ("none", *sorted(supported_methods()))
+            return ("none", *sorted(speedbench_methods()))
         except Exception:  # noqa: BLE001 - no vLLM installed: the backend says so when it starts
             return None
     return None
+
+
+def _engine_on_cpu(backend: str) -> bool:
+    """Whether ``backend``'s engine would run on CPU (asked only for a CPU-only refusal)."""
+    if backend in ("vllm", "vllm_serve"):
+        from ..backends.vllm_spec import on_cpu
+
+        return on_cpu()
+    return True
 
 
 def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
@@ -148,6 +158,12 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     methods = known_methods(backend)
     if methods is not None and d.method not in methods:
         p.append(f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}")
+    elif methods is not None:
+        from ..drafters.refusals import engine_refusal
+
+        refused = engine_refusal(backend, d.method, lambda: _engine_on_cpu(backend))
+        if refused:
+            p.append(refused)
     if backend == "synthetic":
         return p, None
     target = None
@@ -158,7 +174,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     if backend == "openai":
         return p, target
     draft = None
-    if d.method in ("draft_model", "eagle3") and backend in ("torch", "hf", "vllm", "vllm_serve"):
+    if d.method in ("draft_model", "pard", "eagle3") and backend in ("torch", "hf", "vllm", "vllm_serve"):
         model = getattr(d, "model", None) or d.engine_args.get("model")
         if not model:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")

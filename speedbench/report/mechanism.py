@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import plots
+from . import draft_cost, plots
 from .common import B, D, MEASURED, MECH, Section, per_config, spec_cells
 
 
@@ -83,6 +83,7 @@ def build(data, out: Path) -> Section:
             sec.table(buck, f"B = {batch}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
     if spec["context_bucket"].nunique() <= 1:
         sec.text("One context bucket only: no per-context ranking.")
+    draft_cost.add_to(sec, spec, out)
     sec.figure(_pareto(data.ok, spec, out))
     sec.figure(_per_position(spec, out))
     sec.figure(_al_by_category(spec, mechanisms, out))
