@@ -117,13 +117,15 @@ def test_every_reference_engine_drafter_accepts_a_schedule(tmp_path):
     assert "backend=hf cannot run a schedule" in check_schedule(_run(tmp_path, "hf", "ngram", schedule=[[1, 4, 2]]))[0]
 
 
-@pytest.mark.parametrize("schedule, words", [
-    ("[[2,4,1]]", "must start at 1"),
-    ("[[1,4,2],[3,8,1]]", "overlaps"),
+@pytest.mark.parametrize("schedule, words, extra", [
+    ("[[2,4,1]]", "must start at 1", ["drafter=ngram"]),
+    ("[[1,4,2],[3,8,1]]", "overlaps", ["drafter=ngram"]),
+    ("[[1,4,2]]", "drafter.method='suffix' cannot vary K on backend=vllm",
+     ["backend=vllm", "drafter=none", "drafter.method=suffix", "drafter.num_speculative_tokens=2"]),
 ])
-def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedule, words):
+def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedule, words, extra):
     cmd = [sys.executable, "-m", "speedbench.cli", "run", f"results_dir={tmp_path / 'r'}", "run_id=v",
-           "dataset=smoke", "max_new_tokens=8", "drafter=ngram", "target=tiny",
+           "dataset=smoke", "max_new_tokens=8", "target=tiny", *extra,
            f"drafter.schedule={schedule}", "hydra/job_logging=disabled"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=subprocess_env())
     assert proc.returncode == 2, proc.stderr[-2000:]
