@@ -129,6 +129,6 @@ def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedul
            f"drafter.schedule={schedule}", "hydra/job_logging=disabled"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=subprocess_env())
     assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
+    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("Triton is installed")]  # vLLM's import
     assert len(lines) == 1 and "drafter.schedule" in lines[0] and words in lines[0], proc.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.json"))
