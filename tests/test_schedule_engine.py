@@ -132,3 +132,22 @@ def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedul
     lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("Triton is installed")]  # vLLM's import
     assert len(lines) == 1 and "drafter.schedule" in lines[0] and words in lines[0], proc.stderr
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.json"))
+
+
+def test_k0_steps_are_recorded_and_counted_in_n_steps_not_in_drafts(tmp_path):
+    from speedbench.pipeline import runner
+    from speedbench.results import ResultsStore
+
+    run = make_run(tmp_path, "k0", categories=("math",), max_new_tokens=16, batch_size=2)
+    run.drafter.schedule = [[1, 1, 0], [2, 64, 4]]  # both rows live: K=4; the last row alone: plain decode
+    runner.run_cells(run, progress=False)
+    store = ResultsStore(tmp_path / "k0")
+    req = store.requests()
+    spec = req[req["role"] == "spec"]
+    steps = store.steps()
+    steps = steps[steps["role"] == "spec"]
+    assert (steps["drafted"] == 0).any() and (steps["drafted"] > 0).any(), steps["drafted"].value_counts()
+    assert (spec["n_steps"] > spec["n_drafts"]).any()  # a K=0 step is a step, not a draft
+    assert (spec["n_steps"] >= spec["n_drafts"]).all()
+    cells = store.cells()
+    assert (cells["status"] == "ok").all() and (cells["greedy_match_rate"] == 1.0).all()
