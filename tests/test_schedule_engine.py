@@ -71,7 +71,6 @@ def test_greedy_output_with_a_schedule_equals_baseline_and_each_step_ran_the_sch
             assert s.drafted == k_for(SCHEDULE, live[s.step], 3)
     if method == "draft_model":
         assert set(live.values()) != {4}, "rows finished together: the schedule never switched"
-        assert any(s.drafted == 0 for s in steps) or min(live.values()) > 1  # K=0 steps are recorded, not dropped
 
 
 def test_the_schedule_enters_the_cell_identity_only_when_set(tmp_path):

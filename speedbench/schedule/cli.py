@@ -69,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
     print("num_speculative_tokens_per_batch_size:", json.dumps(ranges))
     print(f"--speculative-config '{{\"num_speculative_tokens\": {max((r[2] for r in ranges), default=0)}, "
           f"\"num_speculative_tokens_per_batch_size\": {json.dumps(ranges)}, ...}}' (add method and model)")
-    print(f"drafter.schedule='{json.dumps(ranges).replace(' ', '')}' (speedbench run)")
+    cap = max(1, max((r[2] for r in ranges), default=0))
+    print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{json.dumps(ranges).replace(' ', '')}' (speedbench run)")
     print(f"schedule: {out}")
     return 0
