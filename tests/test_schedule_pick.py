@@ -100,6 +100,8 @@ def test_the_report_has_the_schedule_section(tmp_path_factory):
     from speedbench.report.draft_schedule import build as section
     from speedbench.report.load import load
 
-    sec = section(load([shared_results(tmp_path_factory)]))
+    out = tmp_path_factory.mktemp("schedule-report")
+    sec = section(load([shared_results(tmp_path_factory)]), out)
     assert set(sec.values) == {"tiny_draft", "ngram"}
     assert sec.values["ngram"]["num_speculative_tokens_per_batch_size"][0][0] == 1
+    assert (out / "schedule_ngram.png").stat().st_size > 0 and (out / "schedule_tiny_draft.png").exists()

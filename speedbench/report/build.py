@@ -42,7 +42,7 @@ class ReportFiles:
 def sections(data: ReportData, ctx: ModelContext, out: Path) -> list[Section]:
     return [summary.build(data), acceptance.build(data, out), verify_cost.build(data, out), attention_start.build(data, ctx),
             attention_tiles.build(data, ctx, out), low_latency.build(data, out), mechanism.build(data, out),
-            draft_schedule.build(data)]
+            draft_schedule.build(data, out)]
 
 
 def build_report(paths, out_dir, hardware: str | None = None, title: str = "speedbench report",

@@ -3,15 +3,32 @@ and the vLLM schedule it gives; where cells ran a schedule, how it compares with
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pandas as pd
 
 from ..schedule.pick import ScheduleError, build as build_schedule, measurement_rows, static_mask
 from ..schedule.verify import check
+from . import plots
 from .common import MEASURED, Section
 
 
-def build(data) -> Section:
+def figure(rows: pd.DataFrame, name: str, col: str, out: Path):
+    """Speedup vs load for every static D of ``name`` and every schedule it ran (measured)."""
+    mine = rows[rows["drafter"] == name].sort_values(col)
+    static = static_mask(mine)
+    series = [plots.Series(f"D={d}", list(g[col]), list(g["speedup"]), "-o", color=f"C{i % 10}")
+              for i, (d, g) in enumerate(mine[static].groupby("num_speculative_tokens"))]
+    series += [plots.Series(f"schedule {text}", list(g[col]), list(g["speedup"]), "-s", color="k")
+               for text, g in mine[~static].groupby("schedule")]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    return plots.lines(out / f"schedule_{safe}.png", series, plots.Axes(
+        col, "speedup (measured)", f"{name}: speedup per load, each static D and the schedule (measured)",
+        logx=True, hlines=[(1.0, "no speculation")]), f"{name}: speedup vs {col}")
+
+
+def build(data, out: Path) -> Section:
     sec = Section("schedule", "Draft length per load (the schedule to deploy)")
     rows = measurement_rows(data) if not data.cells.empty else pd.DataFrame()
     if rows.empty:
@@ -34,6 +51,7 @@ def build(data) -> Section:
         sec.text(f"**{name}** (load = {sched.load_column}): `num_speculative_tokens_per_batch_size` = "
                  f"`{json.dumps(sched.ranges)}`")
         sec.table(frame, kinds={"speedup": MEASURED})
+        sec.figure(figure(rows, name, sched.load_column, out))
         sec.values[name] = sched.to_json()
     if not static_mask(rows).all():
         try:
