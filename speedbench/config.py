@@ -49,6 +49,9 @@ class DrafterConfig:
     # Reference engine: forced after the real verify forward; vLLM: rejection_sample_method=synthetic (CUDA)
     synthetic_al: Optional[float] = None
     synthetic_rates: list[float] = field(default_factory=list)
+    # draft length per live batch size: inclusive [start, end, K] ranges, as vLLM's
+    # num_speculative_tokens_per_batch_size (drafters.schedule); K is clamped to num_speculative_tokens
+    schedule: list[Any] = field(default_factory=list)
 
 
 @dataclass

@@ -220,6 +220,7 @@ class CellResult(LoadPointColumns):
     # folders written before they existed (there ``cell_id`` is the settings' hash alone)
     setting_id: str = ""
     prompts_digest: str = ""
+    schedule: str = ""  # drafter.schedule as JSON ([[start, end, K], ...]) when the cell ran one; "" = static D
 
 
 RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize

@@ -41,6 +41,7 @@ NOT_RUN_OTHER = {
     "/shared/": "a cluster path",
     "/tmp/slowed": "the folder its recipe's previous step makes (tests/test_gate_regressions.py gates a slowed run against the baseline)",
     "my.jsonl": "the user's own file",
+    "results/runs/sched ": "the folder its recipe's sweep makes (tests/test_schedule_pick.py checks the verification)",
     "question.jsonl": "Spec-Bench's question file (tests/test_data_loaders.py reads the real format)",
 }
 

@@ -13,6 +13,7 @@ import torch
 from .. import models
 from ..drafters.faults import with_faults
 from ..drafters.registry import DRAFTERS, build_drafter
+from ..drafters.schedule import parse as parse_schedule
 from ..engine.build import LMBuilder
 from ..engine.clock import Clock
 from ..engine.decode import generate
@@ -101,6 +102,7 @@ class _TorchSession(Session):
         if key not in backend._acceptance:
             backend._acceptance[key] = synthetic_acceptance(spec.drafter, s.seed)
         self.acceptance = backend._acceptance[key]
+        self.schedule = parse_schedule(getattr(spec.drafter, "schedule", None))
 
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         b, spec = self.backend, self.spec
@@ -117,7 +119,7 @@ class _TorchSession(Session):
             self.acceptance.reset(len(prompts))
         with torch.inference_mode():
             out = generate(self.target, self.drafter, prompts, depth, spec.max_new_tokens, self.params, self.stop,
-                           b.clock, self.generator, self.acceptance)
+                           b.clock, self.generator, self.acceptance, self.schedule)
         results = []
         for row, toks in enumerate(out.outputs):
             steps = []

@@ -9,6 +9,7 @@ import typing
 from typing import Any
 
 from ..config import DrafterConfig
+from ..drafters.schedule import max_k, parse as parse_schedule
 from ..models import local_dir
 
 # methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
@@ -103,6 +104,11 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
             p *= float(r)
             uncond.append(p)
         cfg["synthetic_acceptance_rates"] = uncond
+    schedule = parse_schedule(getattr(drafter, "schedule", None))
+    if schedule:  # K clamped to num_speculative_tokens, which becomes the largest K (vLLM sizes for it)
+        d = drafter.num_speculative_tokens
+        cfg["num_speculative_tokens_per_batch_size"] = [[s, e, min(k, d)] for s, e, k in schedule]
+        cfg["num_speculative_tokens"] = max_k(schedule, d) or d
     cfg.update(drafter.engine_args)  # engine-specific keys pass through and win
     if isinstance(cfg.get("model"), str):
         cfg["model"] = local_dir(cfg["model"])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..drafters.schedule import k_for
 from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
@@ -65,8 +66,13 @@ def generate(
     clock: Clock,
     generator: torch.Generator | None = None,
     acceptance=None,
+    schedule=(),
 ) -> BatchOutput:
     """Generate up to ``max_new_tokens`` per prompt for one static batch.
+
+    ``schedule`` (``drafters.schedule``: inclusive (start, end, K) ranges): each iteration drafts the
+    K of the range holding its live batch size (rows still generating), clamped to
+    ``num_speculative_tokens``; K=0 is a plain decode step (recorded, with drafted=0).
 
     ``acceptance`` (``engine.synthetic_acceptance.SyntheticAcceptance``): force each step's
     accepted count after the real verification forward (cost-surface cells; not lossless).
@@ -114,7 +120,8 @@ def generate(
     clock.checkpoint(progress())  # a lockstep partner may take its turn here (own clocks: not timed)
     while not all(done):
         active = torch.tensor([not d for d in done], device=device)
-        proposal = drafter.propose(history, depth, params, generator)
+        k = k_for(schedule, batch - sum(done), depth) if schedule else depth
+        proposal = drafter.propose(history, k, params, generator)
         t_drafted = clock.now()
 
         last = history.tokens[arange, history.lens - 1]

@@ -43,6 +43,7 @@ class CellKey:
     context_bucket: str
     setting_id: str = ""  # the settings alone (the cell id of folders written before the digest)
     prompts_digest: str = ""  # the measured prompts' text ("" when not given)
+    schedule: str = ""  # drafter.schedule as JSON ([[start, end, K], ...]); "" = a static D
 
     @staticmethod
     def for_run(run: RunConfig, category: str, context_bucket: str, prompts: "Sequence[Request] | None" = None) -> "CellKey":
@@ -72,6 +73,7 @@ class CellKey:
             num_speculative_tokens=run.drafter.num_speculative_tokens, batch_size=run.batch_size,
             temperature=run.sampling.temperature, top_p=run.sampling.top_p, top_k=run.sampling.top_k,
             backend=run.backend.name, dataset=run.dataset.name, category=category, context_bucket=context_bucket,
+            schedule=json.dumps(list(map(list, run.drafter.schedule))) if getattr(run.drafter, "schedule", None) else "",
         )
 
 
@@ -96,8 +98,8 @@ def dataset_identity(dataset) -> dict:
 
 def drafter_identity(drafter) -> dict:
     """The drafter's settings that define a cell (fault injection lives outside the drafter: ``faults``)."""
-    unset = tuple(k for k in ("synthetic_al", "synthetic_rates") if not getattr(drafter, k, None))
-    return asdict_clean(drafter, drop=("name",) + unset)  # unset synthetic keys keep existing cell ids
+    unset = tuple(k for k in ("synthetic_al", "synthetic_rates", "schedule") if not getattr(drafter, k, None))
+    return asdict_clean(drafter, drop=("name",) + unset)  # unset synthetic/schedule keys keep existing cell ids
 
 
 def asdict_clean(obj, drop: tuple[str, ...] = ()) -> dict:

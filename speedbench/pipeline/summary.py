@@ -44,6 +44,10 @@ def format_table(cells: pd.DataFrame) -> str:
     if "batch_size_run" in cells.columns and "batch_size" in cells.columns:  # B as asked, and as run where smaller
         cells = cells.assign(batch_size=[
             f"{b} (ran {r})" if _smaller(r, b) else b for b, r in zip(cells["batch_size"], cells["batch_size_run"])])
+    if "schedule" in cells.columns and "num_speculative_tokens" in cells.columns:  # a schedule: D is its cap
+        cells = cells.assign(num_speculative_tokens=[
+            f"{d} (schedule)" if isinstance(sc, str) and sc else d
+            for d, sc in zip(cells["num_speculative_tokens"], cells["schedule"])])
     frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
 
     def fmt(v):

@@ -100,6 +100,7 @@ def check_settings(run) -> list[str]:
         p.append("drafter.num_speculative_tokens must be 0 for drafter.method=none")
     if d.method != "none" and d.num_speculative_tokens < 1:
         p.append(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
+    p += check_schedule(run)
     if hasattr(d, "prompt_lookup_min"):
         _check_number(p, "drafter.prompt_lookup_min", d.prompt_lookup_min, 1, integer=True)
         _check_number(p, "drafter.prompt_lookup_max", d.prompt_lookup_max, d.prompt_lookup_min, integer=True)
@@ -114,6 +115,35 @@ def check_settings(run) -> list[str]:
     if ds.n_requests is not None:
         _check_number(p, "dataset.n_requests", ds.n_requests, 1, integer=True)
     return p
+
+
+def check_schedule(run) -> list[str]:
+    """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
+    (``drafters.registry.SCHEDULE_METHODS``)."""
+    from ..drafters.registry import SCHEDULE_FIXED_BY, SCHEDULE_METHODS, SCHEDULE_REFUSED_WHY
+    from ..drafters.schedule import parse
+
+    d, backend = run.drafter, run.backend.name
+    raw = getattr(d, "schedule", None)
+    if not raw:
+        return []
+    try:
+        parse(raw)
+    except ValueError as exc:
+        return [str(exc)]
+    methods = SCHEDULE_METHODS.get(backend)
+    if methods is None:
+        return [f"drafter.schedule: backend={backend} cannot run a schedule (engines that can: "
+                f"{', '.join(sorted(SCHEDULE_METHODS))})"]
+    if d.method not in methods:
+        why = SCHEDULE_REFUSED_WHY.get(d.method, "it drafts a fixed K")
+        return [f"drafter.schedule: drafter.method={d.method!r} cannot vary K on backend={backend} ({why}); "
+                f"methods that can: {', '.join(sorted(methods))}"]
+    for key, why in SCHEDULE_FIXED_BY.get(backend, ()):
+        if getattr(d, key, False) or d.engine_args.get(key):
+            return [f"drafter.schedule: drafter.method={d.method!r} with {key}=true cannot vary K on "
+                    f"backend={backend} ({why})"]
+    return []
 
 
 def known_methods(backend: str) -> tuple[str, ...] | None:

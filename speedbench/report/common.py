@@ -22,7 +22,7 @@ import pandas as pd
 from .. import metrics
 
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
-SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos")
+SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos", "schedule")
 MECH, D, B = "drafter", "num_speculative_tokens", "batch_size"
 SLICE = ("category", "context_bucket")
 NEARLY_FREE = 1.10  # G1: T_verif(B(1+D)) / T_verif(B) at or below this is "nearly free"

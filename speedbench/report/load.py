@@ -111,6 +111,8 @@ def load(paths: list[str | Path]) -> ReportData:
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not cells.empty:
         cells = cells.drop_duplicates("cell_id", keep="last").reset_index(drop=True)
+        if "schedule" in cells:  # folders written before the column: static D, as ""
+            cells["schedule"] = cells["schedule"].fillna("").astype(str)
     return ReportData(
         roots=roots, cells=cells, provenance=provs,
         microbench={k: pd.concat(v, ignore_index=True) for k, v in micro.items() if v},
