@@ -208,3 +208,27 @@ def test_vllm_speculative_config_for_pard_is_a_parallel_draft_model():
     check_method(d, {"draft_model", "ngram"}, on_cpu=True)  # served by vLLM's draft_model
     with pytest.raises(ValueError, match="'pard' is not supported"):
         check_method(d, {"ngram"}, on_cpu=True)
+
+
+def test_shipped_pard_runs_a_schedule_losslessly_with_the_scheduled_k(clock):
+    """The reference engine's parallel drafter drafts the schedule's K (here 2 of D=4 for 2 live rows), one
+    forward per step, and stays lossless (vLLM refuses a schedule for parallel drafting; this engine can)."""
+    from transformers import AutoTokenizer
+
+    from speedbench.engine.build import LMBuilder
+    from speedbench.engine.drafting import DraftContext
+
+    target, pard = _shipped()
+    ctx = DraftContext(target, LMBuilder("lean"), torch.device("cpu"), lambda _path: pard)
+    tok = AutoTokenizer.from_pretrained(str(model_path(TARGET)))
+    rows = [tok("def read_lines(path):\n    with open(path) as f:\n").input_ids,
+            tok("The storm had passed, but the river was still rising.").input_ids]
+    schedule = ((1, 2, 2), (3, 64, 4))
+    with torch.inference_mode():
+        base = generate(ctx.make_lm(target), build_drafter("none", ctx, {}), rows, 0, 24, GREEDY, set(), clock)
+        spec = generate(ctx.make_lm(target), build_drafter("pard", ctx, {"model": "builtin:tiny-pard"}), rows, 4, 24,
+                        GREEDY, set(), clock, schedule=schedule)
+    assert spec.outputs == base.outputs
+    steps = [s for row in spec.row_steps for s in row]
+    assert max(s.drafted for s in steps) == 2  # never the configured D=4 while both rows run
+    assert sum(s.drafted == 2 for s in steps) > len(steps) // 2  # fewer only where the output's end cuts K
