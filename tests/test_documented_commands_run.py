@@ -42,6 +42,8 @@ NOT_RUN_OTHER = {
     "/tmp/slowed": "the folder its recipe's previous step makes (tests/test_gate_regressions.py gates a slowed run against the baseline)",
     "my.jsonl": "the user's own file",
     "results/runs/sched ": "the folder its recipe's sweep makes (tests/test_schedule_pick.py checks the verification)",
+    "results/runs/load-": "the folders its recipe's load sweeps make (tests/test_report_under_load.py renders the section)",
+    "results/runs/draft-cost": "the folder its recipe's 120-cell sweep makes (tests/test_report_sections.py renders the draft-cost section)",
     "question.jsonl": "Spec-Bench's question file (tests/test_data_loaders.py reads the real format)",
 }
 
