@@ -122,7 +122,7 @@ def _run_app(argv: list[str], own: dict) -> int:
         raise UsageError(f"config folder not found at {CONF_DIR}: this installation lacks the shipped configs (rebuild the wheel)")
     from . import run_output
     from .hydra_callbacks import clear_verdict, set_check_only, take_verdict
-    from .launchers import SweepStopped
+    from .launchers import SweepStopped, register_launchers
     from .pipeline.sweeps import SweepChecked, SweepRefused, unfinished_job
 
     for arg in argv:  # refuse a run_id that leaves results_dir before Hydra creates any folder for it
@@ -136,6 +136,8 @@ def _run_app(argv: list[str], own: dict) -> int:
                 return 2
     register_configs()
     register_resolver()
+    if any(a.startswith(("hydra/launcher=", "+hydra/launcher=")) for a in argv):
+        register_launchers()
     clear_verdict()
     set_check_only(own["check"])
     status = {"code": 0, "root": None, "started": False, "wandb_dir": None}

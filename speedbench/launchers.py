@@ -212,3 +212,14 @@ class _stderr_to:
             os.dup2(self.saved, 2)
             os.close(self.saved)
         return False
+
+
+def register_launchers() -> None:
+    """Register speedbench's launchers with Hydra by class, not by discovery: Hydra finds plugins by
+    listing the ``hydra_plugins`` namespace, which an editable install (``pip install -e``) does not
+    expose outside the checkout, so ``hydra/launcher=local|slurm`` would be an "Unknown plugin class"."""
+    from hydra.core.plugins import Plugins
+    from hydra_plugins.speedbench_launchers import LocalLauncher, SlurmLauncher
+
+    for launcher in (LocalLauncher, SlurmLauncher):
+        Plugins.instance().register(launcher)

@@ -157,3 +157,29 @@ def test_a_task_killed_at_its_time_limit_is_requeued_and_finishes(limited_sweep)
     assert restarts is None or restarts >= 1, shown  # None: the job aged out of the controller
     prov = json.loads((root / "provenance.json").read_text())
     assert prov["measured_on"]["slurm"]["job_id"] == job
+
+
+def test_sigterm_to_a_slurm_sweep_cancels_its_jobs_and_removes_the_pickles(cluster, tmp_path):
+    """SIGTERM to the launching process (a CI cancel, ``timeout``, ``kill``): every job of the array is
+    ``scancel``-ed through submitit, the launcher exits 143 in one line, and submitit's pickles (the
+    run's config, secrets included) are gone. The jobs ask for more CPUs than the node has, so they
+    stay pending: nothing is measured, the stop is what is tested."""
+    results = tmp_path / "runs"
+    args = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=64", "hydra.launcher.mem_gb=2", "dataset=smoke",
+            "max_new_tokens=8", f"results_dir={results}", "run_id=stopped", "drafter.num_speculative_tokens=2,4", "-m"]
+    proc = subprocess.Popen(speedbench_cmd("run", *args), cwd=tmp_path, env=subprocess_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def both_tasks_queued():
+        """the array's two tasks in squeue"""
+        tasks = _tasks("speedbench-stopped")
+        return tasks if len(tasks) >= 2 or any("[" in job for job in tasks) else None
+
+    _wait_for(both_tasks_queued)
+    proc.send_signal(15)
+    code, out, err = _finish(proc, timeout=120)
+    assert code == 143, (out[-2000:], err[-3000:])
+    assert "sweep stopped by SIGTERM: 2 job(s) cancelled" in err
+    _wait_for(lambda: not [s for s in _tasks("speedbench-stopped").values() if s in ("PENDING", "RUNNING")] or None,
+              timeout=30)
+    assert not list(results.rglob("*.pkl"))
