@@ -151,6 +151,11 @@ def test_g4_g5_name_no_winner_slower_than_plain_decoding(tmp_path):
     md = (tmp_path / "r" / "report.md").read_text()
     assert "At B = 1 no mechanism beats plain decoding" in md
     assert md.count("No D pays: the best measured speedup is") == 2  # G4, each mechanism
+    g2 = [r for rows in values["g2"]["verdicts"].values() for r in rows]
+    assert g2 and all(r["verdict"].startswith("no D pays: the best measured D") for r in g2)  # G2 says so too
+    g1 = values["g1"]["nearly_free"]
+    assert g1 and all(math.isnan(r["recommended D (G1)"]) for r in g1)  # G1 recommends no D where none pays
+    assert "At B = 1 no D pays" in md
 
 
 def test_report_cli(report, tmp_path, capsys):

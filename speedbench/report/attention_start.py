@@ -18,8 +18,12 @@ from .modelling import ModelContext
 DOMINANT = 0.5  # attention share of decode time above which G2 applies
 
 
-def verdict(best_d: float, d0: int | None, measured_ds: list[int], share: float) -> str:
-    """Whether the measured best D agrees with G2's starting point D0."""
+def verdict(best_d: float, d0: int | None, measured_ds: list[int], share: float, best_speedup: float = math.nan) -> str:
+    """Whether the measured best D agrees with G2's starting point D0 (saying so when even the best D
+    is slower than plain decoding: then no D pays at this B, whatever G2 says)."""
+    if finite(best_speedup) and best_speedup < 1:
+        return (f"no D pays: the best measured D ({int(best_d)}) is slower than plain decoding "
+                f"({best_speedup:.2f}x), so G2's starting point is moot here")
     if d0 is None:
         return "no D0 (G >= 128): G2 gives no starting point"
     if not finite(best_d):
@@ -84,9 +88,11 @@ def build(data: ReportData, ctx: ModelContext) -> Section:
             ds = sorted(int(d) for d in spec[(spec[B] == b) & (spec["target"] == t.name)][D].unique())
             share = table[table["B"] == b]["attention share, D=0"].mean() if not table.empty else math.nan
             bd = best_d.get(b, math.nan)
-            mech = mine[mine[B] == b][MECH].iloc[0] if len(mine[mine[B] == b]) else "n/a"
+            here = mine[mine[B] == b]
+            mech = here[MECH].iloc[0] if len(here) else "n/a"
+            speedup = float(here["speedup"].iloc[0]) if len(here) else math.nan
             rows.append({"B": b, "measured best D": bd, "mechanism": mech, "D0": d0 if d0 is not None else math.nan,
-                         "attention share, D=0": share, "verdict": verdict(bd, d0, ds, share)})
+                         "attention share, D=0": share, "verdict": verdict(bd, d0, ds, share, speedup)})
         if rows:
             frame = pd.DataFrame(rows)
             sec.values.setdefault("verdicts", {})[t.name] = frame.to_dict("records")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import B, D, DERIVED, MEASURED, NEARLY_FREE, Section, setup_cols, spec_cells, stable_cells
+from .common import (B, D, DERIVED, MEASURED, NEARLY_FREE, Section, best_per_batch, finite, setup_cols, spec_cells,
+                     stable_cells)
 from .load import ReportData
 
 GEMM_KNEE = 0.8  # normalised TFLOP/s at which the GEMM counts as compute-bound
@@ -80,6 +81,7 @@ def build(data: ReportData, out: Path) -> Section:
                   "T_verif(B(1+D)) / T_verif(B) (measured; n/a = not measured).",
                   {c: MEASURED for c in pivot.columns})
         free = nearly_free(ratios)
+        _no_d_pays(sec, free, stable)
         sec.values["nearly_free"] = free.to_dict("records")
         sec.table(free.rename(columns={B: "B"}), "Where verification stops being nearly free.",
                   {"nearly free up to D": MEASURED, "stops being nearly free at D": MEASURED,
@@ -92,6 +94,23 @@ def build(data: ReportData, out: Path) -> Section:
     _gemm(sec, data, out)
     _verify_microbench(sec, data, out)
     return sec
+
+
+def _no_d_pays(sec: Section, free: pd.DataFrame, stable: pd.DataFrame) -> None:
+    """G1 reads verification cost only: where even the best measured D of a configuration at a batch
+    size is slower than plain decoding, its recommended D is withdrawn and the section says why."""
+    best = best_per_batch(stable)
+    if best.empty or free.empty:
+        return
+    keys = [c for c in free.columns if c in best.columns and c not in ("speedup", "al")]
+    merged = free[keys].merge(best[keys + ["speedup"]], on=keys, how="left")
+    slow = merged["speedup"].apply(lambda x: finite(x) and x < 1).to_numpy()
+    if not slow.any():
+        return
+    free.loc[slow, "recommended D (G1)"] = math.nan
+    for b, x in sorted({(int(r[B]), float(r["speedup"])) for _, r in merged[slow].iterrows()}):
+        sec.text(f"At B = {b} no D pays: the best measured speedup is {x:.2f}x (slower than plain decoding), "
+                 "so G1 recommends no D there, however cheap verification is.")
 
 
 def _gemm(sec: Section, data: ReportData, out: Path) -> None:
