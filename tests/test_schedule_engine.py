@@ -119,8 +119,8 @@ def test_every_reference_engine_drafter_accepts_a_schedule(tmp_path):
 @pytest.mark.parametrize("schedule, words, extra", [
     ("[[2,4,1]]", "must start at 1", ["drafter=ngram"]),
     ("[[1,4,2],[3,8,1]]", "overlaps", ["drafter=ngram"]),
-    ("[[1,4,2]]", "drafter.method='suffix' cannot vary K on backend=vllm",
-     ["backend=vllm", "drafter=none", "drafter.method=suffix", "drafter.num_speculative_tokens=2"]),
+    ("[[1,4,2]]", "drafter.method='medusa' cannot vary K on backend=vllm",  # suffix is refused outright here
+     ["backend=vllm", "drafter=none", "drafter.method=medusa", "drafter.num_speculative_tokens=2"]),
 ])
 def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedule, words, extra):
     cmd = [sys.executable, "-m", "speedbench.cli", "run", f"results_dir={tmp_path / 'r'}", "run_id=v",
