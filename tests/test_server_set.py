@@ -49,17 +49,21 @@ def test_a_server_that_exits_or_never_gets_ready_fails_with_its_log(tmp_path):
         assert time.perf_counter() - t0 < 15 and servers.pids() == []
 
 
-def test_sigterm_of_the_harness_stops_its_servers(tmp_path):
+def _harness(tmp_path, then: str = "", **popen) -> tuple[subprocess.Popen, list[int]]:
+    """A harness process that starts one server, prints its pids, runs ``then`` and sleeps."""
     script = textwrap.dedent(f"""
         import json, sys, time
         from speedbench.backends.server_set import ServerSet
         s = ServerSet({str(tmp_path)!r}, 30, health_path="/", port_args=("{{port}}",))
         s.ensure([("a", "baseline", {HTTP!r})])
         print(json.dumps(s.pids()), flush=True)
-        time.sleep(60)
-    """)
-    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    pids = json.loads(harness.stdout.readline())
+    """) + textwrap.dedent(then) + "time.sleep(60)\n"
+    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, **popen)
+    return harness, json.loads(harness.stdout.readline())
+
+
+def test_sigterm_of_the_harness_stops_its_servers(tmp_path):
+    harness, pids = _harness(tmp_path)
     assert pids and all(alive(p) for p in pids)
     harness.send_signal(signal.SIGTERM)
     assert harness.wait(timeout=60) == -signal.SIGTERM  # it still dies of the signal
@@ -68,18 +72,8 @@ def test_sigterm_of_the_harness_stops_its_servers(tmp_path):
 
 @pytest.mark.parametrize("ending", ["ctrl-c", "error"])
 def test_ctrl_c_or_an_error_in_the_harness_stops_its_servers(tmp_path, ending):
-    script = textwrap.dedent(f"""
-        import json, sys, time
-        from speedbench.backends.server_set import ServerSet
-        s = ServerSet({str(tmp_path)!r}, 30, health_path="/", port_args=("{{port}}",))
-        s.ensure([("a", "baseline", {HTTP!r})])
-        print(json.dumps(s.pids()), flush=True)
-        if {ending!r} == "error":
-            raise RuntimeError("a failed run")
-        time.sleep(60)
-    """)
-    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    pids = json.loads(harness.stdout.readline())
+    then = 'raise RuntimeError("a failed run")\n' if ending == "error" else ""
+    harness, pids = _harness(tmp_path, then, stderr=subprocess.DEVNULL)
     if ending == "ctrl-c":
         harness.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends (the servers' own sessions get nothing)
     assert harness.wait(timeout=60) != 0
@@ -87,16 +81,7 @@ def test_ctrl_c_or_an_error_in_the_harness_stops_its_servers(tmp_path, ending):
 
 
 def test_sigkill_of_the_harness_still_stops_its_servers(tmp_path):
-    script = textwrap.dedent(f"""
-        import json, time
-        from speedbench.backends.server_set import ServerSet
-        s = ServerSet({str(tmp_path)!r}, 30, health_path="/", port_args=("{{port}}",))
-        s.ensure([("a", "baseline", {HTTP!r})])
-        print(json.dumps(s.pids()), flush=True)
-        time.sleep(60)
-    """)
-    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    pids = json.loads(harness.stdout.readline())
+    harness, pids = _harness(tmp_path)
     harness.kill()
     harness.wait(timeout=30)
     deadline = time.monotonic() + 30

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +19,10 @@ class ReportWriteError(Exception):
 
 def writable_out(out: Path) -> Path:
     """``out`` created and proven writable, else ``ReportWriteError`` saying so and that ``--out`` helps."""
+    from ..results.runlock import probe_writable
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}.tmp"
-        probe.write_bytes(b"")
-        probe.unlink()
+        probe_writable(out)
     except OSError as exc:
         raise ReportWriteError(f"{out} is not writable ({exc.strerror or exc}); --out DIR writes the report "
                                "elsewhere") from exc

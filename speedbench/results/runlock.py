@@ -53,13 +53,19 @@ def register_resolver() -> None:
     OmegaConf.register_new_resolver("sb_run_dir", run_folder, replace=True)
 
 
+def probe_writable(folder: Path) -> None:
+    """Create ``folder`` and prove a file can be written in it (``OSError`` otherwise; as root,
+    permission bits alone do not tell)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-probe-{os.getpid()}.tmp"
+    probe.write_bytes(b"ok")
+    probe.unlink()
+
+
 def check_writable(folder: Path) -> None:
     folder = Path(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-probe-{os.getpid()}.tmp"
-        probe.write_bytes(b"ok")
-        probe.unlink()
+        probe_writable(folder)
     except OSError as exc:
         raise ConfigError([f"results folder {folder} is not writable: {exc.strerror or exc}"]) from exc
 
