@@ -219,6 +219,7 @@ class LoadConfig:
     burstiness: float = 1.0  # gamma shape of the inter-arrival times (1.0 = Poisson)
     num_requests: Optional[int] = None  # requests per point (the cell's prompts cycled or cut); None: the cell's
     warmup_requests: Optional[int] = None  # warm-up requests before the point (excluded); None: warmup_batches x B
+    duration_s: Optional[float] = None  # seconds per window instead of num_requests: the request count is sized once
 
 
 @dataclass

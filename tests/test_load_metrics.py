@@ -115,3 +115,29 @@ def test_bad_load_options_are_refused_naming_them(tmp_path):
     assert any("slo.tpot_ms" in p for p in problems)
     run.load = LoadConfig(request_rate=4.0)
     assert any("needs a server backend" in p for p in load.load_problems(run))
+
+
+def test_duration_sizes_a_point_once_so_both_windows_run_the_same_requests(tmp_path):
+    run = make_run(tmp_path, "x")
+    run.load = LoadConfig(concurrency=2, duration_s=3.0)
+    assert load.sized_requests(run, warm_requests_s=4.0) == (12, {"duration_s": 3.0, "from": "warmup", "requests_s": 4.0,
+                                                                 "num_requests": 12})
+    assert load.sized_requests(run, warm_requests_s=0.1)[0] == 2  # never fewer than C in flight
+    with pytest.raises(ValueError, match="load.duration_s"):
+        load.sized_requests(run, warm_requests_s=None)
+    run.load = LoadConfig(concurrency=2, request_rate=2.5, duration_s=3.0)  # open loop: rate x duration
+    assert load.sized_requests(run, warm_requests_s=None)[0] == 8
+    run.load = LoadConfig(concurrency=2)
+    assert load.sized_requests(run, warm_requests_s=4.0) == (None, None)
+    before = CellKey.for_run(run, "coding", "").cell_id
+    run.load = LoadConfig(concurrency=2, duration_s=3.0)
+    assert CellKey.for_run(run, "coding", "").cell_id != before  # a duration is part of the point's identity
+
+
+def test_bad_duration_options_are_refused_naming_them(tmp_path):
+    run = make_run(tmp_path, "x")
+    for lc, words in ((LoadConfig(duration_s=0.0), "load.duration_s must be a positive"),
+                      (LoadConfig(duration_s=2.0, num_requests=4), "set one of them"),
+                      (LoadConfig(duration_s=2.0, warmup_requests=0), "load.warmup_requests must be >= 1")):
+        run.load = lc
+        assert any(words in p for p in load.load_problems(run)), (lc, load.load_problems(run))

@@ -59,3 +59,17 @@ def test_the_random_vs_real_line_states_how_far_random_input_moves_al_and_speedu
     assert "C = 4" in lines[1] and "speedup 0.90 -> 1.20" in lines[1]
     _random_line(empty := Section("load", "t"), pd.DataFrame(rows[:1]))  # real prompts only: no line
     assert "random_vs_real" not in empty.values
+
+
+def test_a_duration_per_point_sizes_the_point_from_the_warmup_and_records_it(tmp_path):
+    run = make_run(tmp_path, "D", per_category=False, load=LoadConfig(concurrency=2, duration_s=0.5, warmup_requests=4),
+                   backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0}))
+    (cell,) = runner.run_cells(run, progress=False)
+    sizing = cell.extra["duration_sizing"]
+    assert cell.status == "ok" and sizing["from"] == "warmup" and sizing["num_requests"] >= 2
+    assert sizing["num_requests"] == max(2, round(sizing["requests_s"] * 0.5))
+    import pandas as pd
+
+    reqs = pd.read_parquet(next((tmp_path / "D").glob("requests/*.parquet")))
+    per_window = reqs.groupby(["role", "repeat"]).request_id.apply(lambda s: tuple(sorted(s)))
+    assert per_window.nunique() == 1 and len(per_window.iloc[0]) == sizing["num_requests"]  # the same requests each window

@@ -9,6 +9,12 @@
   a point see the same arrival times. Both can be set: arrivals at the rate, at most C in flight.
 * ``load.num_requests``: requests per point (the cell's prompts cycled, each copy its own id
   ``<id>#k``); ``load.warmup_requests``: warm-up requests before the point, never measured.
+* ``load.duration_s``: a duration per window instead of a count. The count is fixed once per
+  point, before anything is measured, so the baseline and speculative windows still run the same
+  requests (a matched pair): ``ceil(request_rate x duration_s)`` in open loop; in closed loop
+  ``duration_s`` x the baseline warm-up's requests/s, at least C (:func:`sized_requests`).
+  Windows then last about ``duration_s`` on the baseline (shorter with a speedup); each cell
+  records the sizing in ``extra.duration_sizing`` and its windows' seconds in ``wall_s_*``.
 
 A run without load options keeps today's cell ids (``identity`` returns None).
 """
@@ -24,7 +30,8 @@ from ..records import Request
 
 def active(load) -> bool:
     """True when any load option that changes what is measured is set."""
-    return load.concurrency is not None or math.isfinite(load.request_rate) or load.num_requests is not None
+    return (load.concurrency is not None or math.isfinite(load.request_rate) or load.num_requests is not None
+            or getattr(load, "duration_s", None) is not None)
 
 
 def in_flight(run) -> int:
@@ -37,6 +44,8 @@ def identity(load) -> dict[str, Any] | None:
     if not active(load):
         return None
     ident: dict[str, Any] = {"concurrency": load.concurrency, "num_requests": load.num_requests}
+    if getattr(load, "duration_s", None) is not None:
+        ident["duration_s"] = float(load.duration_s)
     if math.isfinite(load.request_rate):
         ident |= {"request_rate": float(load.request_rate), "burstiness": float(load.burstiness)}
     return ident
@@ -58,6 +67,27 @@ def point_requests(requests: list[Request], num_requests: int | None) -> list[Re
         k = i // len(requests)
         out.append(r if k == 0 else replace(r, request_id=f"{r.request_id}#{k}"))
     return out
+
+
+def sized_requests(run, warm_requests_s: float | None) -> tuple[int | None, dict[str, Any] | None]:
+    """The requests per point and how they were sized: ``load.num_requests`` as given, or from
+    ``load.duration_s`` (open loop: rate x duration; closed loop: the baseline warm-up's requests/s
+    x duration, at least the in-flight bound)."""
+    ld = run.load
+    duration = getattr(ld, "duration_s", None)
+    if duration is None:
+        return ld.num_requests, None
+    if math.isfinite(ld.request_rate):
+        n = math.ceil(float(ld.request_rate) * float(duration))
+        how = {"duration_s": float(duration), "from": "request_rate", "requests_s": float(ld.request_rate)}
+    else:
+        if not warm_requests_s or not math.isfinite(warm_requests_s) or warm_requests_s <= 0:
+            raise ValueError("load.duration_s in closed loop sizes the point from the baseline warm-up's requests/s; "
+                             "the warm-up ran no request (set load.warmup_requests >= 1, or load.num_requests)")
+        n = round(float(warm_requests_s) * float(duration))
+        how = {"duration_s": float(duration), "from": "warmup", "requests_s": float(warm_requests_s)}
+    n = max(int(n), in_flight(run), 1)
+    return n, how | {"num_requests": n}
 
 
 def warmup_sample(run, requests: list[Request]) -> list[Request]:
@@ -98,6 +128,15 @@ def load_problems(run) -> list[str]:
         p.append(f"load.concurrency must be an integer >= 1 (or unset), got {ld.concurrency!r}")
     if bad_int("num_requests", ld.num_requests, 1):
         p.append(f"load.num_requests must be an integer >= 1 (or unset), got {ld.num_requests!r}")
+    duration = getattr(ld, "duration_s", None)
+    if duration is not None:
+        if not (isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 < duration < math.inf):
+            p.append(f"load.duration_s must be a positive number of seconds (or unset), got {duration!r}")
+        elif ld.num_requests is not None:
+            p.append("load.duration_s and load.num_requests both size a point: set one of them")
+        elif not math.isfinite(ld.request_rate) and (ld.warmup_requests == 0 or (ld.warmup_requests is None
+                                                                                  and not run.warmup_batches)):
+            p.append("load.duration_s in closed loop is sized from the warm-up: load.warmup_requests must be >= 1")
     if bad_int("warmup_requests", ld.warmup_requests, 0):
         p.append(f"load.warmup_requests must be an integer >= 0 (or unset), got {ld.warmup_requests!r}")
     if not (isinstance(ld.request_rate, (int, float)) and ld.request_rate > 0):

@@ -22,7 +22,7 @@ from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord,
 from ..results import provenance, runlock
 from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
-from .load import columns as load_columns, in_flight, point_requests, warmup_sample
+from .load import columns as load_columns, in_flight, point_requests, sized_requests, warmup_sample
 from .validation import dataset_spec  # noqa: F401 - the runner's public helper
 from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
 
@@ -69,15 +69,20 @@ def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=No
                         log_dir=str(Path(run.results_dir) / run.run_id), load=run.load)
 
 
-def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> float:
-    """Untimed-for-results passes of baseline and speculative decoding; returns their wall time."""
+def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> tuple[float, float | None]:
+    """Untimed-for-results passes of baseline and speculative decoding; returns their wall time and
+    the baseline warm-up's requests/s (what ``load.duration_s`` sizes a closed-loop point from)."""
     sample = warmup_sample(run, requests)
     if not sample:
-        return 0.0
+        return 0.0, None
     t0 = time.perf_counter()
+    rate = None
     for drafter in (BASELINE, run.drafter):
+        t = time.perf_counter()
         conversations.generate(backend, sample, generate_spec(run, drafter, "warmup"))
-    return time.perf_counter() - t0
+        if drafter is BASELINE:
+            rate = len(sample) / max(time.perf_counter() - t, 1e-9)
+    return time.perf_counter() - t0, rate
 
 
 def cell_keys(run: RunConfig, requests: list[Request]) -> list[tuple[CellKey, list[Request]]]:
@@ -228,7 +233,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
     store.write_provenance(provenance.collect(run, info, device))
     try:
-        warmup_s = warm_up(backend, run, requests)
+        warmup_s, warm_rate = warm_up(backend, run, requests)
     except Exception as exc:  # the engine cannot run at all: record every cell as failed
         log.exception("warm-up failed")
         cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run, r, prepared)
@@ -242,8 +247,9 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     bars = _Progress(todo, progress, run)
     threads = int(info.get("torch_threads", 0)) if backend.in_process else 0
     for key, reqs in bars.cells:
-        reqs = point_requests(reqs, run.load.num_requests)
         try:
+            n_point, sizing = sized_requests(run, warm_rate)
+            reqs = point_requests(reqs, n_point)
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
@@ -253,6 +259,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
                            load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
                            extra={**cell.extra, "wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
+                                  **({"duration_sizing": sizing} if sizing else {}),
                                   "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
                                                              "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
