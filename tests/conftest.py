@@ -37,8 +37,8 @@ def engine_models(tmp_path_factory):
 def vllm_backend(engine_models):
     """One vLLM backend (CPU) on the exported tiny target for every module that needs one: its engines
     are the slow part (tens of seconds each on 2 cores) and stay alive between modules (an LRU of
-    three, ``max_engines=3``), so test_timing_split finds the baseline and draft-model engines
-    test_engines_agreement left and starts none. ``profile_split`` on, as ``auto`` is on a CPU."""
+    three, ``max_engines=3``), so unit/metrics/test_timing_split finds the baseline and draft-model engines
+    engine/test_agreement left and starts none. ``profile_split`` on, as ``auto`` is on a CPU."""
     from .support.engine_support import make_backend
 
     backend = make_backend("vllm", engine_models["target"], {"max_engines": 3, "profile_split": "true"})

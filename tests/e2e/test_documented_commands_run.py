@@ -27,24 +27,24 @@ SMALL = ["dataset=smoke", "dataset.categories=[coding]", "dataset.n_requests=1",
          "protocol.min_repeats=1", "protocol.max_repeats=1", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
 # run lines that pass --check here but are run elsewhere in the suite (or cannot run here), with the reason
 NOT_RUN_HERE = {
-    "backend=vllm": "vLLM starts an engine per configuration (minutes): tests/test_engines_cli.py and the vLLM engine tests run it",
-    "backend=openai": "needs a server: tests/test_engines_openai.py runs two real ones",
-    "hydra/launcher=local": "submitit job processes: tests/test_submitit_local.py",
+    "backend=vllm": "vLLM starts an engine per configuration (minutes): tests/engine/test_vllm_cli.py and the vLLM engine tests run it",
+    "backend=openai": "needs a server: tests/engine/test_openai_vllm_servers.py runs two real ones",
+    "hydra/launcher=local": "submitit job processes: tests/e2e/test_submitit_local.py",
     "logger.mode=online": "needs the W&B service",
 }
 # other subcommands that cannot run here, with the reason
 NOT_RUN_OTHER = {
     "microbench": "the documented lines time CUDA kernels (--device cuda)",
-    "fixtures train": "a full rebuild takes about 28 minutes (tests/test_fixtures.py trains a quick one)",
+    "fixtures train": "a full rebuild takes about 28 minutes (tests/unit/fixtures/test_fixtures.py trains a quick one)",
     "--preset full": "builds 32k-token prompts by the thousand",
     "--sizes 8k": "96 prompts of 8k tokens",
     "/shared/": "a cluster path",
-    "/tmp/slowed": "the folder its recipe's previous step makes (tests/test_gate_regressions.py gates a slowed run against the baseline)",
+    "/tmp/slowed": "the folder its recipe's previous step makes (tests/unit/gate/test_gate_regressions.py gates a slowed run against the baseline)",
     "my.jsonl": "the user's own file",
-    "results/runs/sched ": "the folder its recipe's sweep makes (tests/test_schedule_pick.py checks the verification)",
-    "results/runs/load-": "the folders its recipe's load sweeps make (tests/test_report_under_load.py renders the section)",
-    "results/runs/draft-cost": "the folder its recipe's 120-cell sweep makes (tests/test_report_sections.py renders the draft-cost section)",
-    "question.jsonl": "Spec-Bench's question file (tests/test_data_loaders.py reads the real format)",
+    "results/runs/sched ": "the folder its recipe's sweep makes (tests/unit/schedule/test_schedule_pick.py checks the verification)",
+    "results/runs/load-": "the folders its recipe's load sweeps make (tests/unit/report/test_under_load.py renders the section)",
+    "results/runs/draft-cost": "the folder its recipe's 120-cell sweep makes (tests/unit/report/test_sections.py renders the draft-cost section)",
+    "question.jsonl": "Spec-Bench's question file (tests/unit/data/test_loaders.py reads the real format)",
 }
 
 

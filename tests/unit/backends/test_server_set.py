@@ -1,5 +1,5 @@
 """ServerSet lifecycle with a small real HTTP server (Python's http.server on 127.0.0.1), and the
-server command lines ``backend=vllm_serve`` builds (fast; the vLLM servers are in test_engines_vllm_serve)."""
+server command lines ``backend=vllm_serve`` builds (fast; the vLLM servers are in engine/test_vllm_serve.py)."""
 import json
 import os
 import signal

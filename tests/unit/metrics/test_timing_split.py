@@ -126,7 +126,7 @@ def test_cost_surface_experiment_marks_cells_synthetic_and_hits_the_forced_al(tm
 def test_vllm_cells_get_draft_verify_split_and_prediction(engine_models, vllm_backend):
     from tests.support.engine_support import generate
 
-    # the session's vLLM backend: its baseline and draft-model engines are up when test_engines_agreement ran
+    # the session's vLLM backend: its baseline and draft-model engines are up when engine/test_agreement.py ran
     base = generate(vllm_backend, "none", batch_size=3)
     spec = generate(vllm_backend, "draft_model", engine_models["draft"], batch_size=3)
     for run in (base, spec):
