@@ -1,9 +1,6 @@
 import pytest
-import torch
 
 from speedbench import models
-from speedbench.engine.build import LMBuilder
-from speedbench.engine.drafting import DraftContext
 from speedbench.engine.clock import Clock
 
 
@@ -17,21 +14,6 @@ def tiny_draft():
     return models.load_model("random:tiny-draft")
 
 
-def with_pard_token(model, token: int = 0):
-    """A shallow copy of ``model`` whose config names a mask token (``pard_token``): a PARD draft."""
-    import copy
-
-    out = copy.copy(model)
-    out.config = copy.copy(model.config)
-    out.config.pard_token = token
-    return out
-
-
-def make_context(target, draft, impl: str) -> DraftContext:
-    loaded = {"draft": draft, "target": target, "pard": with_pard_token(draft)}
-    return DraftContext(target, LMBuilder(impl), torch.device("cpu"), lambda path: loaded[path])
-
-
 @pytest.fixture
 def clock():
     return Clock("cpu")
@@ -42,7 +24,7 @@ def engine_models(tmp_path_factory):
     """The tiny target and draft as folders every engine loads (vLLM cannot load ``random:`` presets)."""
     from speedbench.models import export, local_dir
 
-    from .engine_support import TINY_DRAFT, TINY_TARGET
+    from .support.engine_support import TINY_DRAFT, TINY_TARGET
 
     root = tmp_path_factory.mktemp("engine-models")
     return {
@@ -55,9 +37,9 @@ def engine_models(tmp_path_factory):
 def vllm_backend(engine_models):
     """One vLLM backend (CPU) on the exported tiny target for every module that needs one: its engines
     are the slow part (tens of seconds each on 2 cores) and stay alive between modules (an LRU of
-    three, ``max_engines=3``), so test_timing_split finds the baseline and draft-model engines
-    test_engines_agreement left and starts none. ``profile_split`` on, as ``auto`` is on a CPU."""
-    from .engine_support import make_backend
+    three, ``max_engines=3``), so unit/metrics/test_timing_split finds the baseline and draft-model engines
+    engine/test_agreement left and starts none. ``profile_split`` on, as ``auto`` is on a CPU."""
+    from .support.engine_support import make_backend
 
     backend = make_backend("vllm", engine_models["target"], {"max_engines": 3, "profile_split": "true"})
     yield backend

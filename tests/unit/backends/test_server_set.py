@@ -1,0 +1,131 @@
+"""ServerSet lifecycle with a small real HTTP server (Python's http.server on 127.0.0.1), and the
+server command lines ``backend=vllm_serve`` builds (fast; the vLLM servers are in engine/test_vllm_serve.py)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from speedbench.backends.server_set import ServerSet
+from speedbench.backends.vllm_serve import VllmServeBackend, engine_flags
+from speedbench.config import BackendConfig, ModelConfig, make_drafter
+
+HTTP = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]  # serves GET / with 200
+PORT = ("{port}",)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_servers_start_on_free_ports_log_and_stop_with_their_group(tmp_path):
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=PORT) as servers:
+        a, b = servers.ensure([("a", "baseline", HTTP), ("b", "spec-x", HTTP)])
+        assert a.port != b.port and a.url.startswith("http://127.0.0.1:")
+        assert all(s["startup_s"] > 0 for s in servers.starts) and len(servers.starts) == 2
+        assert servers.ensure([("a", "baseline", HTTP)])[0] is a  # running: reused, not restarted
+        pids = servers.pids()
+        assert all(alive(p) for p in pids)
+        assert "# pid" in (tmp_path / "server-baseline.log").read_text()
+    assert not any(alive(p) for p in pids)
+
+
+def test_a_server_that_exits_or_never_gets_ready_fails_with_its_log(tmp_path):
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=PORT) as servers:
+        with pytest.raises(RuntimeError, match="exited with code 3.*boom"):
+            servers.ensure([("x", "bad", [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"])])
+    with ServerSet(tmp_path, ready_timeout_s=2, health_path="/", port_args=()) as servers:
+        t0 = time.perf_counter()
+        with pytest.raises(TimeoutError, match="not ready after 2 s"):
+            servers.ensure([("y", "mute", [sys.executable, "-c", "import time; time.sleep(60)"])])
+        assert time.perf_counter() - t0 < 15 and servers.pids() == []
+
+
+def _harness(tmp_path, then: str = "", **popen) -> tuple[subprocess.Popen, list[int]]:
+    """A harness process that starts one server, prints its pids, runs ``then`` and sleeps."""
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        from speedbench.backends.server_set import ServerSet
+        s = ServerSet({str(tmp_path)!r}, 30, health_path="/", port_args=("{{port}}",))
+        s.ensure([("a", "baseline", {HTTP!r})])
+        print(json.dumps(s.pids()), flush=True)
+    """) + textwrap.dedent(then) + "time.sleep(60)\n"
+    harness = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, **popen)
+    return harness, json.loads(harness.stdout.readline())
+
+
+def test_sigterm_of_the_harness_stops_its_servers(tmp_path):
+    harness, pids = _harness(tmp_path)
+    assert pids and all(alive(p) for p in pids)
+    harness.send_signal(signal.SIGTERM)
+    assert harness.wait(timeout=60) == -signal.SIGTERM  # it still dies of the signal
+    assert not any(alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("ending", ["ctrl-c", "error"])
+def test_ctrl_c_or_an_error_in_the_harness_stops_its_servers(tmp_path, ending):
+    then = 'raise RuntimeError("a failed run")\n' if ending == "error" else ""
+    harness, pids = _harness(tmp_path, then, stderr=subprocess.DEVNULL)
+    if ending == "ctrl-c":
+        harness.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends (the servers' own sessions get nothing)
+    assert harness.wait(timeout=60) != 0
+    assert not any(alive(p) for p in pids)
+
+
+def test_sigkill_of_the_harness_still_stops_its_servers(tmp_path):
+    harness, pids = _harness(tmp_path)
+    harness.kill()
+    harness.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids)  # PR_SET_PDEATHSIG
+
+
+def _backend(**options):
+    b = VllmServeBackend(ModelConfig(name="tiny", path="random:tiny-target"),
+                         BackendConfig(name="vllm_serve", options=options))
+    b._on_cpu = True  # the command line only; no vLLM import needed
+    return b
+
+
+def test_vllm_command_lines_for_the_baseline_and_the_speculative_server():
+    b = _backend(engine_args={"max_model_len": 512, "enforce_eager": False})
+    ngram = make_drafter("ngram", 4, prompt_lookup_min=1, prompt_lookup_max=3)
+    spec = b.argv(ngram, 8)
+    base = b.argv(make_drafter("none", 0), 8)
+    assert spec[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    cfg = json.loads(spec[spec.index("--speculative-config") + 1])
+    assert cfg == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    assert spec[spec.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert "--speculative-config" not in base and "--per-request-spec-decode-metrics" not in base
+    for argv in (spec, base):
+        assert argv[argv.index("--max-num-seqs") + 1] == "8" and argv[argv.index("--dtype") + 1] == "float32"
+        assert "--no-enforce-eager" in argv and argv[argv.index("--max-model-len") + 1] == "512"
+        assert "--no-enable-prefix-caching" in argv and "--kv-cache-memory-bytes" in argv
+
+
+def test_any_server_command_with_its_own_flags():
+    b = _backend(server_command=["sglang-ish", "{model}"], vllm_flags=False, server_args=["--mem", "0.5"],
+                 spec_server_args=["--draft", "{draft_model}", "--k", "{num_speculative_tokens}"])
+    spec = b.argv(make_drafter("draft_model", 3, model="builtin:tiny-draft-small"), 8)
+    assert spec[0] == "sglang-ish" and spec[1] == b.model_dir and "--speculative-config" not in spec
+    assert spec[2:4] == ["--mem", "0.5"] and spec[-1] == "3" and spec[-3].endswith("tiny-draft-small")
+    assert b.argv(make_drafter("none", 0), 8) == ["sglang-ish", b.model_dir, "--mem", "0.5"]
+    assert engine_flags({"a_b": 1, "c": True, "d": False, "e": None, "f": {"x": 1}}) == \
+        ["--a-b", "1", "--c", "--no-d", "--f", '{"x": 1}']
+
+
+def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
+    problems = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={
+        "base_url": "http://127.0.0.1:8000/v1", "server_command": [], "ready_timeout_s": 0}), 1)
+    assert any("backend=openai to attach" in p for p in problems)
+    assert any("server_command" in p for p in problems) and any("ready_timeout_s" in p for p in problems)

@@ -1,0 +1,176 @@
+"""`speedbench gate` on stored results: config errors, matching, statistics, outputs."""
+import json
+import shutil
+import xml.etree.ElementTree as ET
+
+import pandas as pd
+import pytest
+
+from speedbench import cli
+from speedbench.gate import GateConfigError, load_config, run_gate
+from speedbench.results import ResultsStore
+from tests.support.sweep_helpers import copy_results, shared_results
+
+
+def gate(baseline, current, *extra):
+    return cli.main(["gate", "--baseline", str(baseline), "--current", str(current), *extra])
+
+
+def slow_down_spec(folder, factor):
+    """Make every speculative request ``factor`` times slower (cell rows and per-request records)."""
+    for path in (folder / "requests").glob("*.parquet"):
+        frame = pd.read_parquet(path)
+        frame.loc[frame.role == "spec", "tpot"] *= factor
+        frame.to_parquet(path, index=False)
+        cell = folder / "cells" / f"{path.stem}.json"
+        row = json.loads(cell.read_text())
+        row["tpot_ms_spec"] *= factor
+        row["speedup"] /= factor
+        cell.write_text(json.dumps(row))
+
+
+def test_a_folder_against_itself_passes_with_exact_ratios(tmp_path, capsys):
+    base = shared_results()
+    assert gate(base, base, "--json", str(tmp_path / "g.json")) == 0
+    out = json.loads((tmp_path / "g.json").read_text())
+    assert out["verdict"] == "pass" and out["exit_code"] == 0
+    table = ResultsStore(base).cells().set_index("cell_id")
+    table = table[~table.derived.astype(bool)]  # the derived overall row is not gated: its cells are
+    per_cell = [c for c in out["checks"] if c["cell_id"] != "ALL"]
+    assert len(per_cell) == 2 * len(table)
+    for c in per_cell:  # point estimates from per-request records equal the cell table's values
+        assert c["baseline"] == pytest.approx(table.loc[c["cell_id"], c["metric"]], rel=1e-12)
+        assert c["ratio"] == 1.0
+        if c["metric"] == "al":  # deterministic: the same requests give the same AL in every resample
+            assert c["low"] == c["high"] == 1.0
+        else:  # each run's repeats are resampled on their own: the interval carries their noise
+            assert c["low"] <= 1.0 <= c["high"]
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_slower_speculative_run_fails_with_json_and_junit(tmp_path, capsys):
+    current = copy_results(tmp_path / "current")
+    slow_down_spec(current, 1.6)
+    rc = gate(shared_results(), current, "--json", str(tmp_path / "g.json"), "--junit", str(tmp_path / "g.xml"))
+    assert rc == 1
+    printed = capsys.readouterr().out
+    assert "REGRESSED" in printed and "FAIL" in printed
+    checks = json.loads((tmp_path / "g.json").read_text())["checks"]
+    assert {c["verdict"] for c in checks if c["metric"] == "speedup"} == {"regressed"}
+    assert {c["verdict"] for c in checks if c["metric"] == "al"} == {"pass"}
+    suite = ET.parse(tmp_path / "g.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) == 4 and int(suite.get("tests")) == len(checks)  # 3 cells + pooled
+    assert all(f.get("type") == "regressed" for f in suite.iter("failure"))
+
+
+def test_per_cell_false_gates_only_the_pooled_row(tmp_path):
+    current = copy_results(tmp_path / "current")
+    slow_down_spec(current, 1.6)
+    config = tmp_path / "gate.yaml"
+    config.write_text("al: {tolerance: 0.02}\nspeedup: {tolerance: 0.15, per_cell: false}\n")
+    assert gate(shared_results(), current, "--config", str(config), "--junit", str(tmp_path / "g.xml")) == 1
+    report = run_gate(shared_results(), current, load_config(config))
+    speed = {c.cell_id: c.verdict for c in report.checks if c.metric == "speedup"}
+    assert speed.pop("ALL") == "regressed" and set(speed.values()) == {"info"}
+    suite = ET.parse(tmp_path / "g.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) == 1 and int(suite.get("skipped")) == 3
+
+
+def test_a_slowdown_within_tolerance_passes(tmp_path):
+    current = copy_results(tmp_path / "current")
+    slow_down_spec(current, 1.05)
+    assert gate(shared_results(), current) == 0
+
+
+def test_missing_and_renamed_cells_are_a_mismatch(tmp_path, capsys):
+    current = copy_results(tmp_path / "current")
+    ids = sorted(p.stem for p in (current / "cells").glob("*.json"))
+    for part, ext in (("cells", "json"), ("requests", "parquet"), ("steps", "parquet")):
+        (current / part / f"{ids[0]}.{ext}").rename(current / part / f"{'f' * 16}.{ext}")  # "another config"
+    moved = current / "cells" / f"{'f' * 16}.json"
+    moved.write_text(json.dumps({**json.loads(moved.read_text()), "cell_id": "f" * 16, "setting_id": "f" * 16}))
+    assert gate(shared_results(), current, "--junit", str(tmp_path / "g.xml")) == 3
+    printed = capsys.readouterr().out
+    assert f"MISSING in current: {ids[0]}" in printed and "new in current (not gated): ffffffffffffffff" in printed
+    assert "MISMATCH" in printed
+    assert int(ET.parse(tmp_path / "g.xml").getroot().find("testsuite").get("errors")) == 1
+
+
+def test_no_common_cells_is_a_mismatch_even_without_missing(tmp_path):
+    empty = tmp_path / "empty"
+    (empty / "cells").mkdir(parents=True)
+    report = run_gate(empty, shared_results(), load_config("default"))
+    assert report.exit_code == 3 and len(report.new) == 3
+
+
+def test_a_cell_that_failed_in_the_current_run_fails_the_gate(tmp_path):
+    current = copy_results(tmp_path / "current")
+    cell = sorted((current / "cells").glob("*.json"))[0]
+    row = json.loads(cell.read_text())
+    cell.write_text(json.dumps({**row, "status": "failed", "error": "CUDA error", "al": None}))
+    report = run_gate(shared_results(), current, load_config("default"))
+    assert report.exit_code == 1
+    assert {c.verdict for c in report.checks if c.cell_id == cell.stem} == {"failed"}
+
+
+def test_without_per_request_records_the_gate_compares_points(tmp_path):
+    current = copy_results(tmp_path / "current")
+    shutil.rmtree(current / "requests")
+    slow_down_spec(current, 1.0)  # no-op; the cell rows stay
+    report = run_gate(shared_results(), current, load_config("default"))
+    assert report.exit_code == 0
+    assert all("point estimate" in c.note for c in report.checks if c.cell_id != "ALL")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("al: {tolerance: 0.02}\nspeedups: {tolerance: 0.1}\n", "unknown key 'speedups'"),
+        ("al: {tolerance: 1.5}\n", "al.tolerance must be in"),
+        ("al: 0.02\n", "al must be {tolerance"),
+        ("confidence: 0.95\n", "no metric to gate"),
+        ("al: {tolerance: 0.02}\nconfidence: 0.2\n", "confidence"),
+        ("al: [unclosed\n", "gate config"),
+        ("al: {tolerance: 0.02, per_cell: maybe}\n", "al.per_cell must be true or false"),
+        ("al: {tolerance: 0.02, per_cell: false}\npooled: false\n", "per_cell: false needs pooled: true"),
+    ],
+)
+def test_config_errors_exit_2_naming_the_key(tmp_path, capsys, text, message):
+    path = tmp_path / "gate.yaml"
+    path.write_text(text)
+    with pytest.raises(GateConfigError, match=message.replace("(", r"\(").replace("{", r"\{")):
+        load_config(path)
+    assert gate(shared_results(), shared_results(), "--config", str(path)) == 2
+    assert message.split("'")[0] in capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_a_results_folder_is_a_usage_error(tmp_path, capsys):
+    assert gate(tmp_path, shared_results()) == 2
+    assert "not a results folder" in capsys.readouterr().err
+
+
+def test_shipped_gate_configs_load():
+    default, ci = load_config("default"), load_config("ci")
+    assert set(default.rules) == set(ci.rules) == {"al", "speedup"}
+    assert ci.rules["al"].tolerance <= default.rules["al"].tolerance
+
+
+def test_committed_ci_baseline_matches_the_ci_benchmark():
+    """results/baselines/ci-default must hold exactly the cells conf/experiment/ci_gate.yaml
+    produces; if not, regenerate it with scripts/update-baseline.sh."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from speedbench.pipeline.cells import CellKey
+    from speedbench.config import register_configs, to_run_config
+
+    GlobalHydra.instance().clear()
+    register_configs()
+    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
+        run = to_run_config(compose(config_name="config", overrides=["+experiment=ci_gate"]))
+    expected = {CellKey.for_run(run, cat, "").cell_id for cat in run.dataset.categories}
+    baseline = ResultsStore(cli.CONF_DIR.parent / "results" / "baselines" / "ci-default").cells()
+    measured = baseline[~baseline["derived"].fillna(False).astype(bool)] if "derived" in baseline else baseline
+    assert set(measured.cell_id) == expected, "stale CI baseline: run scripts/update-baseline.sh"
+    assert (baseline["category"] == "all").sum() == 1  # and its derived overall row
+    assert (baseline.status == "ok").all()

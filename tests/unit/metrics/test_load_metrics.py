@@ -1,0 +1,143 @@
+"""Load points without an engine: percentiles, ITL per chunk and per token, goodput, windows,
+throughput speedups, arrivals, load options and cell ids (pure and fast)."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from speedbench import metrics_latency as ml
+from speedbench.backends.base import GenerateOutput
+from speedbench.config import LoadConfig, SloConfig
+from speedbench.pipeline import load
+from speedbench.pipeline.cells import CellKey
+from speedbench.records import Request, RequestRecord
+from tests.support.sweep_helpers import make_run
+
+
+def rec(rid="r0", role="spec", *, ttft=0.1, tpot=0.01, n=5, t_start=0.0, repeat=0, chunks=(1, 2, 2), turn_chunks=(3,),
+        gaps=(0.02, 0.04), status="ok"):
+    e2e = ttft + tpot * (n - 1)
+    return RequestRecord(request_id=rid, category="c", context_bucket="", entropy_tier="", role=role, prompt_tokens=4,
+                         n_tokens=n, output_ids=tuple(range(n)), ttft=ttft, tpot=tpot, e2e=e2e, n_steps=0, n_drafts=0,
+                         drafted=0, accepted=0, status=status, repeat=repeat, chunks=tuple(chunks),
+                         turn_chunks=tuple(turn_chunks), t_start=t_start, chunk_gaps=tuple(gaps))
+
+
+def test_summary_matches_numpy_percentiles_and_ignores_nan():
+    values = [1.0, 2.0, 3.0, 4.0, 100.0, math.nan]
+    s = ml.summary(values)
+    assert s["mean"] == pytest.approx(22.0)
+    assert s["p50"] == 3.0 and s["p99"] == pytest.approx(np.percentile([1, 2, 3, 4, 100], 99))
+    assert all(math.isnan(v) for v in ml.summary([]).values())
+
+
+def test_itl_per_token_spreads_each_gap_over_the_tokens_of_its_chunk():
+    # two turns: chunks (1, 3) and (1, 1, 2): gaps end with a chunk of 3, then 1, then 2 tokens
+    r = rec(chunks=(1, 3, 1, 1, 2), turn_chunks=(2, 3), gaps=(0.03, 0.01, 0.04))
+    assert ml.gap_tokens(r) == [3, 1, 2]
+    assert ml.itl_per_chunk([r]) == [0.03, 0.01, 0.04]
+    assert ml.itl_per_token([r]) == pytest.approx([0.01, 0.01, 0.01, 0.01, 0.02, 0.02])
+    # counts that do not line up with the gaps: no per-token ITL rather than a wrong one
+    assert ml.itl_per_token([rec(chunks=(1, 2), turn_chunks=(2,), gaps=(0.1, 0.2))]) == []
+
+
+def test_goodput_counts_requests_meeting_every_slo_per_second_of_window():
+    recs = [rec("a", ttft=0.05, tpot=0.01, t_start=0.0), rec("b", ttft=0.3, tpot=0.01, t_start=0.5),
+            rec("c", ttft=0.05, tpot=0.05, t_start=1.0), rec("d", status="failed", t_start=1.0)]
+    window = max(r.t_start + r.e2e for r in recs[:3]) - 0.0
+    cols = ml.role_columns(recs, "spec", ml.slo_set(SloConfig(ttft_ms=100, tpot_ms=20)))
+    assert cols["goodput_spec"] == pytest.approx(1 / window)  # only "a" meets both
+    assert cols["requests_s_spec"] == pytest.approx(3 / window)
+    assert cols["output_tok_s_spec"] == pytest.approx(15 / window)
+    assert cols["failed_requests_spec"] == 1
+    assert math.isnan(ml.role_columns(recs, "spec", {})["goodput_spec"])  # no SLO set: no goodput
+    assert cols["ttft_ms_p50_spec"] == pytest.approx(50.0)
+
+
+def test_throughput_speedup_pairs_repeats_and_has_an_interval():
+    def passes(role, tpot):
+        return GenerateOutput([rec(f"r{i}", role, tpot=tpot * (1 + 0.05 * rep), t_start=0.0, repeat=rep)
+                               for rep in range(3) for i in range(2)], wall_s=1.0)
+
+    cols = ml.load_point_columns(passes("baseline", 0.02), passes("spec", 0.01), SloConfig(e2e_ms=1000))
+    # same tokens, spec windows (ttft + 4 tpot) shorter: ratio = base window / spec window per repeat
+    expect = [(0.1 + 4 * 0.02 * (1 + 0.05 * k)) / (0.1 + 4 * 0.01 * (1 + 0.05 * k)) for k in range(3)]
+    assert cols["speedup_throughput"] == pytest.approx(float(np.median(expect)))
+    assert cols["speedup_throughput_ci_low"] <= cols["speedup_throughput"] <= cols["speedup_throughput_ci_high"]
+    assert cols["speedup_goodput"] == pytest.approx(cols["speedup_throughput"])  # every request meets the SLO
+
+
+def test_without_send_times_the_pass_wall_time_is_the_window():
+    r = [rec(t_start=math.nan), rec("r1", t_start=math.nan)]
+    assert ml.role_columns(r, "spec", {}, wall_s=2.0)["requests_s_spec"] == pytest.approx(1.0)
+
+
+def test_arrivals_are_seeded_with_the_mean_rate_and_burstiness_sets_their_spread():
+    a = load.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3)
+    assert a == load.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3) and a[0] == 0.0
+    gaps = np.diff(a)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.05) and gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.08)
+    bursty = np.diff(load.arrival_times(4000, rate=10.0, burstiness=0.25, seed=3))
+    assert bursty.mean() == pytest.approx(0.1, rel=0.1) and bursty.std() / bursty.mean() == pytest.approx(2.0, rel=0.1)
+    assert load.arrival_times(3, rate=math.inf) == [0.0, 0.0, 0.0]
+    # Poisson keeps the exact sequence of the earlier expovariate arrivals
+    rng = random.Random(5)
+    assert load.interarrival(random.Random(5), 2.0) == rng.expovariate(2.0)
+
+
+def test_point_requests_cycle_with_their_own_ids():
+    reqs = [Request(f"q{i}", "c", ("hi",), 8) for i in range(3)]
+    got = load.point_requests(reqs, 7)
+    assert [r.request_id for r in got] == ["q0", "q1", "q2", "q0#1", "q1#1", "q2#1", "q0#2"]
+    assert load.point_requests(reqs, 2) == reqs[:2] and load.point_requests(reqs, None) == reqs
+
+
+def test_load_options_are_part_of_the_cell_id_only_when_set(tmp_path):
+    run = make_run(tmp_path, "x")
+    before = CellKey.for_run(run, "coding", "").cell_id
+    run.load = LoadConfig(warmup_requests=3)  # warm-up only: the same measurement
+    assert CellKey.for_run(run, "coding", "").cell_id == before
+    ids = set()
+    for lc in (LoadConfig(concurrency=2), LoadConfig(concurrency=4), LoadConfig(concurrency=2, request_rate=5.0),
+               LoadConfig(concurrency=2, request_rate=5.0, burstiness=0.5)):
+        run.load = lc
+        ids.add(CellKey.for_run(run, "coding", "").cell_id)
+    assert len(ids) == 4 and before not in ids
+
+
+def test_bad_load_options_are_refused_naming_them(tmp_path):
+    run = make_run(tmp_path, "x")
+    run.load = LoadConfig(concurrency=0, burstiness=-1.0)
+    run.slo = SloConfig(tpot_ms=0)
+    problems = load.load_problems(run)
+    assert any("load.concurrency" in p for p in problems) and any("load.burstiness" in p for p in problems)
+    assert any("slo.tpot_ms" in p for p in problems)
+    run.load = LoadConfig(request_rate=4.0)
+    assert any("needs a server backend" in p for p in load.load_problems(run))
+
+
+def test_duration_sizes_a_point_once_so_both_windows_run_the_same_requests(tmp_path):
+    run = make_run(tmp_path, "x")
+    run.load = LoadConfig(concurrency=2, duration_s=3.0)
+    assert load.sized_requests(run, warm_requests_s=4.0) == (12, {"duration_s": 3.0, "from": "warmup", "requests_s": 4.0,
+                                                                 "num_requests": 12})
+    assert load.sized_requests(run, warm_requests_s=0.1)[0] == 2  # never fewer than C in flight
+    with pytest.raises(ValueError, match="load.duration_s"):
+        load.sized_requests(run, warm_requests_s=None)
+    run.load = LoadConfig(concurrency=2, request_rate=2.5, duration_s=3.0)  # open loop: rate x duration
+    assert load.sized_requests(run, warm_requests_s=None)[0] == 8
+    run.load = LoadConfig(concurrency=2)
+    assert load.sized_requests(run, warm_requests_s=4.0) == (None, None)
+    before = CellKey.for_run(run, "coding", "").cell_id
+    run.load = LoadConfig(concurrency=2, duration_s=3.0)
+    assert CellKey.for_run(run, "coding", "").cell_id != before  # a duration is part of the point's identity
+
+
+def test_bad_duration_options_are_refused_naming_them(tmp_path):
+    run = make_run(tmp_path, "x")
+    for lc, words in ((LoadConfig(duration_s=0.0), "load.duration_s must be a positive"),
+                      (LoadConfig(duration_s=2.0, num_requests=4), "set one of them"),
+                      (LoadConfig(duration_s=2.0, warmup_requests=0), "load.warmup_requests must be >= 1")):
+        run.load = lc
+        assert any(words in p for p in load.load_problems(run)), (lc, load.load_problems(run))
