@@ -1,7 +1,7 @@
 """Offline vLLM ``backend.options.batching``: what continuous batching changes, without starting an engine
 (the engine runs it in the commands of docs/load.md)."""
 from speedbench.backends.options import VllmOptions
-from speedbench.backends.vllm_backend import VllmBackend
+from speedbench.backends.vllm.backend import VllmBackend
 from speedbench.config import BackendConfig, ModelConfig
 from speedbench.pipeline import protocol
 from speedbench.records import Request

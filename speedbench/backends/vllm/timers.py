@@ -12,7 +12,7 @@ runner subclasses it):
 
 Clock reads are preceded by a device synchronisation on CUDA (``torch.cuda.synchronize``), so a
 part's time is the time its kernels took; this removes vLLM's CPU/GPU overlap, which is why the
-CUDA default runs the timers in a separate pass (see ``vllm_backend``). On CPU the sync is a
+CUDA default runs the timers in a separate pass (see ``vllm.split``). On CPU the sync is a
 no-op and the timers run in the measured passes (a few clock reads per iteration).
 
 ``t_step`` of an iteration is the period from its ``execute_model`` start to the next one's
@@ -25,9 +25,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .base import StepCounts
+from ..base import StepCounts
 
-EXTENSION = "speedbench.backends.vllm_timers.TimerExtension"
+EXTENSION = "speedbench.backends.vllm.timers.TimerExtension"
 WRAPPED = ("execute_model", "sample_tokens", "_model_forward", "propose_draft_token_ids", "_sample", "_bookkeeping_sync")
 
 
