@@ -37,6 +37,9 @@ class VllmOptions:
     # static: one LLM.generate per batch of B (or load.concurrency C); continuous: every request of a
     # pass in one LLM.generate, the engine batching up to max_num_seqs = C itself
     batching: str = "static"
+    # prototype, off by default: step-level lockstep of the baseline and speculative engines (both in this
+    # process, stepped through LLMEngine.add_request/step; protocol.interleave=step); see backends/vllm/stepped.py
+    lockstep: bool = False
 
     def problems(self) -> list[str]:
         """Every value checked here, once (``VllmBackend.preflight`` reports them)."""

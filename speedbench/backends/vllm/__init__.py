@@ -9,4 +9,5 @@
   split     the draft/verify/accept split of a pass and its source (timers, synced pass, profiler)
   timers    the model-runner timers (a vLLM worker extension) and their rows -> step rows
   profile   the split from vLLM's profiler scopes
+  stepped   prototype (``backend.options.lockstep``): a pass stepped one engine iteration at a time
 """

@@ -10,8 +10,9 @@ Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_toke
 
 ``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
 ``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
-``timers`` (auto | measured | separate | false), ``batching`` (static | continuous), and
-``engine_args``, passed to ``vllm.LLM`` as they are.
+``timers`` (auto | measured | separate | false), ``batching`` (static | continuous),
+``lockstep`` (prototype, off by default: ``stepped``), and ``engine_args``, passed to
+``vllm.LLM`` as they are.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ... import models
 from ...models import local_dir
 from ..base import Backend, GenerateSpec, Session
 from . import profile as vllm_profile
+from . import stepped
 from .engines import EnginePool
 from .session import VllmSession
 from .settings import resolve
@@ -45,6 +47,8 @@ class VllmBackend(Backend):
         self.settings = resolve(self.engine, progress_enabled())  # options typed by Backend.__init__
         if self.settings.profile:
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
+        if self.settings.lockstep:  # the engine cores in this process: LLMEngine.step() = one iteration
+            os.environ[stepped.ENV] = "0"
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
@@ -55,6 +59,11 @@ class VllmBackend(Backend):
     @classmethod
     def preflight(cls, engine, batch_size: int) -> list[str]:
         return engine.options.problems()
+
+    @property
+    def lockstep(self) -> bool:  # type: ignore[override]
+        """``backend.options.lockstep`` (prototype): passes step in turn under ``protocol.interleave=step``."""
+        return self.settings.lockstep
 
     @property
     def submits_all(self) -> bool:
@@ -79,7 +88,7 @@ class VllmBackend(Backend):
             "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": s.device,
             "llm_args": {k: v for k, v in s.llm_args.items()}, "max_engines": s.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
-            "profile_split": s.profile, "timers": s.timers,
+            "profile_split": s.profile, "timers": s.timers, "lockstep": s.lockstep,
         }
 
     def session(self, spec: GenerateSpec) -> Session:

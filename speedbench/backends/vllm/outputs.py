@@ -12,10 +12,13 @@ from __future__ import annotations
 from ..base import NAN, StepCounts, TurnResult, cut_to_output
 
 
-def turn_result(prompt: list[int], out, speculative: bool) -> TurnResult:
+def turn_result(prompt: list[int], out, speculative: bool, times: tuple[float, float] | None = None) -> TurnResult:
+    """``times``: (TTFT, decode) measured by the caller (a stepped pass's own clock); else vLLM's metrics."""
     comp = out.outputs[0]
     m = out.metrics
-    if m is not None and m.num_generation_tokens > 0:
+    if times is not None:
+        ttft, decode = times
+    elif m is not None and m.num_generation_tokens > 0:
         ttft = float(m.first_token_latency)
         decode = float(m.last_token_ts - m.first_token_ts)  # both on the engine's monotonic clock
     else:

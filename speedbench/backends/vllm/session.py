@@ -9,6 +9,7 @@ from typing import Any
 from ..base import GenerateSpec, Session, TurnInput, TurnResult
 from .outputs import describe, put_counters_on_first, turn_result
 from .spec import speculative_config, vllm_version
+from .stepped import run_stepped
 from .split import TIMING_SPLIT, PassTimes, profiled_extra, timing_extra
 
 
@@ -46,9 +47,14 @@ class VllmSession(Session):
         timed = mode != "false" and self.spec.role != "warmup"
         if timed:  # separate mode: periods only here (no sync); the parts come from the extra pass
             llm.collective_rpc("speedbench_timers_enable", args=(True, mode == "measured" and not self.backend.settings.on_cpu))
-        outs = llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
+        if self.backend.settings.lockstep:  # one engine step at a time, times on the pass's own clock
+            done = run_stepped(llm, [t.prompt for t in turns], self.params)
+            outs = [d.output for d in done]
+            results = [turn_result(t.prompt, d.output, self.speculative, (d.ttft, d.decode_s)) for t, d in zip(turns, done)]
+        else:
+            outs = llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
+            results = [turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
         rows = llm.collective_rpc("speedbench_timers_take")[0] if timed else None
-        results = [turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
         if rows is not None:
             self.times.attach(rows, [o.request_id for o in outs], results)
         after = pool.counters(self.eng) if self.speculative else None

@@ -26,6 +26,7 @@ class VllmSettings:
     profile: bool  # one extra profiled batch per call (the split from vLLM's scopes)
     llm_args: Mapping[str, Any]  # defaults | backend.options.engine_args, passed to vllm.LLM
     per_request_ok: bool  # this vLLM has per_request_spec_decode_metrics
+    lockstep: bool = False  # prototype: engines in this process, passes stepped in turn (``stepped``)
 
     @property
     def submits_all(self) -> bool:
@@ -67,6 +68,7 @@ def resolve(engine, progress: bool) -> VllmSettings:
         batching=str(o.batching), on_cpu=on_cpu, device=device, timers=timers,
         profile=profile == "true" or (profile == "auto" and on_cpu and timers == "false"),
         llm_args=MappingProxyType(defaults | opts), per_request_ok=_engine_args_have("per_request_spec_decode_metrics"),
+        lockstep=bool(o.lockstep),
     )
 
 

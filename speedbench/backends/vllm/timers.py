@@ -22,7 +22,6 @@ The worker returns plain lists (msgpack-serialisable) via ``collective_rpc``.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..base import StepCounts
@@ -44,6 +43,8 @@ class TimerExtension:
             return f"missing: {type(runner).__name__} has no {', '.join(missing)} (V1 model runner needed: VLLM_USE_V2_MODEL_RUNNER=0)"
         import torch
 
+        from ...engine.clock import own_time  # perf_counter, except in a stepped pass in this process
+
         state: dict[str, Any] = {"on": False, "sync": False, "rows": [], "cur": None}
         runner._speedbench_timers = state
         cuda = torch.cuda.is_available() and str(getattr(runner, "device", "cpu")).startswith("cuda")
@@ -51,7 +52,7 @@ class TimerExtension:
         def clock() -> float:
             if state["sync"] and cuda:
                 torch.cuda.synchronize()
-            return time.perf_counter()
+            return own_time()
 
         def timed(part: str, fn):
             def wrapper(*args, **kwargs):
