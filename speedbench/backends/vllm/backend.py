@@ -88,8 +88,8 @@ class VllmBackend(Backend):
             "backend": self.name, "engine": "vllm", "vllm": vllm_version(), "device": s.device,
             "llm_args": {k: v for k, v in s.llm_args.items()}, "max_engines": s.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
-            "profile_split": s.profile, "timers": s.timers, "lockstep": s.lockstep,
-        }
+            "profile_split": s.profile, "timers": s.timers,
+        } | ({"lockstep": True} if s.lockstep else {})  # the prototype's mark; nothing new when it is off
 
     def session(self, spec: GenerateSpec) -> Session:
         return VllmSession(self, spec)
