@@ -258,7 +258,7 @@ def device_problems(engine: BackendConfig) -> list[str]:
 BACKENDS: Registry[type[Backend]] = Registry("backend")
 BACKENDS.register("torch", "speedbench.backends.torch_backend:TorchBackend")
 BACKENDS.register("synthetic", "speedbench.backends.synthetic:SyntheticBackend")
-BACKENDS.register("vllm", "speedbench.backends.vllm_backend:VllmBackend")
+BACKENDS.register("vllm", "speedbench.backends.vllm.backend:VllmBackend")
 BACKENDS.register("openai", "speedbench.backends.openai_backend:OpenAIBackend")
 BACKENDS.register("vllm_serve", "speedbench.backends.vllm_serve:VllmServeBackend")
 BACKENDS.register("hf", "speedbench.backends.hf_backend:HFBackend")

@@ -8,6 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+SPEC_METRICS = ("auto", "per_request", "counters")  # where acceptance comes from (vllm, vllm_serve)
+
+
+def choice_problem(key: str, value: Any, allowed: tuple[str, ...], lower: bool = False) -> list[str]:
+    """``backend.options.<key>`` against its allowed values (``lower``: compared case-insensitively)."""
+    text = str(value).lower() if lower else str(value)
+    if text in allowed:
+        return []
+    return [f"backend.options.{key} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}"]
+
+
 @dataclass
 class TorchOptions:
     """``backend=torch``: the reference engine has no options besides ``backend.impl`` and ``num_threads``."""
@@ -26,6 +37,19 @@ class VllmOptions:
     # static: one LLM.generate per batch of B (or load.concurrency C); continuous: every request of a
     # pass in one LLM.generate, the engine batching up to max_num_seqs = C itself
     batching: str = "static"
+    # prototype, off by default: step-level lockstep of the baseline and speculative engines (both in this
+    # process, stepped through LLMEngine.add_request/step; protocol.interleave=step); see backends/vllm/stepped.py
+    lockstep: bool = False
+
+    def problems(self) -> list[str]:
+        """Every value checked here, once (``VllmBackend.preflight`` reports them)."""
+        p = choice_problem("spec_metrics", self.spec_metrics, SPEC_METRICS)
+        if not isinstance(self.max_engines, int) or self.max_engines < 1:
+            p.append(f"backend.options.max_engines must be >= 1, got {self.max_engines!r}")
+        p += choice_problem("profile_split", self.profile_split, ("auto", "true", "false"), lower=True)
+        p += choice_problem("timers", self.timers, ("auto", "measured", "separate", "false"), lower=True)
+        p += choice_problem("batching", self.batching, ("static", "continuous"))
+        return p
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """``backend=vllm_serve``: the harness starts the baseline and speculative servers itself.
 
 The servers are built from the same target and drafter configs as offline vLLM (the drafter's
-``speculative_config`` comes from ``vllm_spec``; ``builtin:`` and ``random:`` models are
+``speculative_config`` comes from ``vllm.spec``; ``builtin:`` and ``random:`` models are
 folders via ``models.local_dir``) and run as their own processes (``server_set.ServerSet``:
 free loopback ports, health check, logs in ``<run folder>/engine-logs/``, stopped on every
 exit path). They are started in :meth:`check`, which the runner calls before the warm-up, so
@@ -31,8 +31,9 @@ from .. import models
 from ..config import DrafterConfig
 from .base import Backend
 from .openai_backend import OpenAIBackend, _server_problems, deadlines
+from .options import SPEC_METRICS, choice_problem
 from .server_set import ServerSet
-from .vllm_spec import check_method, check_synthetic, speculative_config
+from .vllm.spec import check_method, check_synthetic, speculative_config
 
 CPU_FLAGS = {"enforce_eager": True, "kv_cache_memory_bytes": 512 << 20}
 
@@ -83,8 +84,7 @@ class VllmServeBackend(OpenAIBackend):
             p.append(f"backend.options.ready_timeout_s must be a positive number of seconds, got {t!r}")
         if not isinstance(opts.get("max_engines"), int) or opts["max_engines"] < 2:
             p.append(f"backend.options.max_engines must be >= 2 (baseline + speculative server), got {opts.get('max_engines')!r}")
-        if str(opts.get("spec_metrics")) not in ("auto", "per_request", "counters"):
-            p.append(f"backend.options.spec_metrics must be auto, per_request or counters, got {opts.get('spec_metrics')!r}")
+        p += choice_problem("spec_metrics", opts.get("spec_metrics"), SPEC_METRICS)
         p += [x for x in _server_problems(opts | {"base_url": "http://127.0.0.1:1/v1"})]
         return p
 

@@ -4,7 +4,7 @@ Each row names the engine, the method and the reason, read from that engine's ow
 seen when it ran. The validation pass and the engine's own check both read this table, so a
 refused method stops the run before any model loads (one line, exit 2) instead of failing at
 engine start or at the first generate. Synthetic acceptance on vLLM's CPU build is refused by
-``backends.vllm_spec.check_synthetic`` (it is a rejection-sampler setting, not a method).
+``backends.vllm.spec.check_synthetic`` (it is a rejection-sampler setting, not a method).
 """
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def known_methods(backend: str) -> tuple[str, ...] | None:
         return METHODS
     if backend in ("vllm", "vllm_serve"):  # vllm_serve starts the same vLLM build as servers
         try:
-            from ..backends.vllm_spec import speedbench_methods
+            from ..backends.vllm.spec import speedbench_methods
 
             return ("none", *sorted(speedbench_methods()))
         except Exception:  # noqa: BLE001 - no vLLM installed: the backend says so when it starts
@@ -169,7 +169,7 @@ def known_methods(backend: str) -> tuple[str, ...] | None:
 def _engine_on_cpu(backend: str) -> bool:
     """Whether ``backend``'s engine would run on CPU (asked only for a CPU-only refusal)."""
     if backend in ("vllm", "vllm_serve"):
-        from ..backends.vllm_spec import on_cpu
+        from ..backends.vllm.spec import on_cpu
 
         return on_cpu()
     return True

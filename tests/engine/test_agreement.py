@@ -184,6 +184,6 @@ def test_vllm_refuses_an_unsupported_method_before_running(vllm):
 
 
 def test_installed_vllm_knows_the_methods_speedbench_names():
-    from speedbench.backends.vllm_spec import supported_methods
+    from speedbench.backends.vllm.spec import supported_methods
 
     assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa", "dflash", "dspark"} <= supported_methods()

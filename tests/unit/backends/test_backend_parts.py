@@ -12,9 +12,9 @@ from speedbench.backends.base import StepCounts, TurnResult
 from speedbench.backends.spec_counters import hist_from_per_pos
 from speedbench.pipeline.conversations import fold_turns
 from speedbench.backends.openai_stream import chunk_from_event, parse_event
-from speedbench.backends.vllm_backend import _put_counters_on_first
-from speedbench.backends.vllm_profile import scope_durations
-from speedbench.backends.vllm_spec import check_method, speculative_config
+from speedbench.backends.vllm.outputs import put_counters_on_first
+from speedbench.backends.vllm.profile import scope_durations
+from speedbench.backends.vllm.spec import check_method, speculative_config
 from speedbench.config import DrafterConfig, make_drafter
 from speedbench.records import Request
 
@@ -130,7 +130,7 @@ def test_fold_turns_pools_steps_over_turns():
 def test_counter_deltas_are_carried_once_per_batch_so_pooling_is_exact():
     delta = spec_counters.SpecCounters(drafts=10, draft_tokens=40, accepted=25, per_pos=(9, 7, 5, 4))
     turns = [[TurnResult([1, 2], 5, 0.1, 0.1, 0.2, steps=None, al_source="counters")] for _ in range(3)]
-    _put_counters_on_first(turns, delta)
+    put_counters_on_first(turns, delta)
     recs = [fold_turns(REQ, "spec", t)[0] for t in turns]
     assert [r.n_drafts for r in recs] == [10, 0, 0]
     acc = metrics.acceptance(recs, 4)

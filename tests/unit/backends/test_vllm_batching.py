@@ -1,7 +1,12 @@
 """Offline vLLM ``backend.options.batching``: what continuous batching changes, without starting an engine
 (the engine runs it in the commands of docs/load.md)."""
+import dataclasses
+
+import pytest
+
 from speedbench.backends.options import VllmOptions
-from speedbench.backends.vllm_backend import VllmBackend
+from speedbench.backends.vllm.backend import VllmBackend
+from speedbench.backends.vllm_serve import VllmServeBackend
 from speedbench.config import BackendConfig, ModelConfig
 from speedbench.pipeline import protocol
 from speedbench.records import Request
@@ -24,3 +29,17 @@ def test_continuous_batching_caps_the_engine_at_c_and_submits_the_whole_cell():
 def test_an_unknown_batching_mode_is_refused_naming_the_option():
     problems = VllmBackend.preflight(BackendConfig(name="vllm", options=VllmOptions(batching="dynamic")), 1)
     assert problems == ["backend.options.batching must be static or continuous, got 'dynamic'"]
+
+
+def test_settings_are_resolved_once_and_never_change():
+    """The backend's settings are one frozen value computed in the constructor (CPU: timers in the
+    measured passes, so the profiler stays off); a bad option value fails there with the preflight's line."""
+    b = backend("static")
+    assert (b.settings.timers, b.settings.profile, b.settings.on_cpu) == ("measured", False, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        b.settings.timers = "false"
+    with pytest.raises(ValueError, match=r"^backend.options.timers must be auto, measured, separate or false, got 'never'$"):
+        VllmBackend(ModelConfig(name="tiny", path="random:tiny-target"), BackendConfig(name="vllm", options={"timers": "never"}))
+    assert VllmOptions(timers="FALSE", profile_split=False).problems() == []  # YAML's false, any case
+    serve = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={"spec_metrics": "steps"}), 1)
+    assert "backend.options.spec_metrics must be auto, per_request or counters, got 'steps'" in serve

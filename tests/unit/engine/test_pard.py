@@ -182,7 +182,7 @@ def test_refusal_table_rows_name_method_and_reason():
 @pytest.mark.parametrize("method", ["dspark", "mlp_speculator"])
 def test_vllm_refuses_what_this_build_cannot_run_in_one_line_before_any_engine_starts(tmp_path, capsys, method):
     pytest.importorskip("vllm")
-    from speedbench.backends.vllm_spec import on_cpu
+    from speedbench.backends.vllm.spec import on_cpu
     from speedbench.cli import main
 
     if method == "dspark" and not on_cpu():
@@ -197,7 +197,7 @@ def test_vllm_refuses_what_this_build_cannot_run_in_one_line_before_any_engine_s
 
 
 def test_vllm_speculative_config_for_pard_is_a_parallel_draft_model():
-    from speedbench.backends.vllm_spec import check_method, speculative_config
+    from speedbench.backends.vllm.spec import check_method, speculative_config
     from speedbench.config import make_drafter
 
     d = make_drafter("pard", 4, model="builtin:tiny-pard")

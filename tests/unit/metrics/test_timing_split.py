@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from speedbench import metrics
-from speedbench.backends import vllm_timers
+from speedbench.backends.vllm import timers as vllm_timers
 from speedbench.backends.base import StepCounts
 from speedbench.config import make_drafter
 from speedbench.engine.synthetic_acceptance import SyntheticAcceptance, alpha_for_al
@@ -51,7 +51,7 @@ def test_bad_synthetic_profiles_are_refused(kwargs):
 
 
 def test_vllm_refuses_synthetic_acceptance_on_cpu_only():
-    from speedbench.backends.vllm_spec import check_synthetic, speculative_config
+    from speedbench.backends.vllm.spec import check_synthetic, speculative_config
 
     d = make_drafter("draft_model", 4, model="/m", synthetic_al=2.5)
     with pytest.raises(ValueError, match="CPU sampling"):

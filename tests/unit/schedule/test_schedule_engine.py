@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from speedbench.backends.vllm_spec import speculative_config
+from speedbench.backends.vllm.spec import speculative_config
 from speedbench.config import BackendConfig, make_drafter
 from speedbench.drafters import build_drafter
 from speedbench.drafters.registry import DRAFTERS, SCHEDULE_METHODS

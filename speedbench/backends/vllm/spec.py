@@ -8,9 +8,9 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from ..config import DrafterConfig
-from ..drafters.schedule import max_k, parse as parse_schedule
-from ..models import local_dir
+from ...config import DrafterConfig
+from ...drafters.schedule import max_k, parse as parse_schedule
+from ...models import local_dir
 
 # methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
 NEEDS_MODEL = {"draft_model", "pard", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
@@ -67,7 +67,7 @@ def check_method(drafter: DrafterConfig, supported: set[str] | None = None, on_c
     ``drafters.refusals``) when vLLM cannot run ``drafter``. ``on_cpu``: a bool, or a callable."""
     if drafter.method == "none":
         return
-    from ..drafters.refusals import engine_refusal
+    from ...drafters.refusals import engine_refusal
 
     supported = speedbench_methods(supported_methods() if supported is None else supported)
     if drafter.method not in supported:

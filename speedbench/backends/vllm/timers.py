@@ -12,7 +12,7 @@ runner subclasses it):
 
 Clock reads are preceded by a device synchronisation on CUDA (``torch.cuda.synchronize``), so a
 part's time is the time its kernels took; this removes vLLM's CPU/GPU overlap, which is why the
-CUDA default runs the timers in a separate pass (see ``vllm_backend``). On CPU the sync is a
+CUDA default runs the timers in a separate pass (see ``vllm.split``). On CPU the sync is a
 no-op and the timers run in the measured passes (a few clock reads per iteration).
 
 ``t_step`` of an iteration is the period from its ``execute_model`` start to the next one's
@@ -22,12 +22,11 @@ The worker returns plain lists (msgpack-serialisable) via ``collective_rpc``.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from .base import StepCounts
+from ..base import StepCounts
 
-EXTENSION = "speedbench.backends.vllm_timers.TimerExtension"
+EXTENSION = "speedbench.backends.vllm.timers.TimerExtension"
 WRAPPED = ("execute_model", "sample_tokens", "_model_forward", "propose_draft_token_ids", "_sample", "_bookkeeping_sync")
 
 
@@ -44,6 +43,8 @@ class TimerExtension:
             return f"missing: {type(runner).__name__} has no {', '.join(missing)} (V1 model runner needed: VLLM_USE_V2_MODEL_RUNNER=0)"
         import torch
 
+        from ...engine.clock import own_time  # perf_counter, except in a stepped pass in this process
+
         state: dict[str, Any] = {"on": False, "sync": False, "rows": [], "cur": None}
         runner._speedbench_timers = state
         cuda = torch.cuda.is_available() and str(getattr(runner, "device", "cpu")).startswith("cuda")
@@ -51,7 +52,7 @@ class TimerExtension:
         def clock() -> float:
             if state["sync"] and cuda:
                 torch.cuda.synchronize()
-            return time.perf_counter()
+            return own_time()
 
         def timed(part: str, fn):
             def wrapper(*args, **kwargs):

@@ -1,0 +1,134 @@
+"""Engine construction: one ``vllm.LLM`` per (speculative config, ``max_num_seqs``), kept in a small LRU.
+
+The baseline is the engine with ``speculative_config=None``. At most ``max_engines`` are alive at
+once; starting an evicted one again costs a full engine start-up (~40 s for the tiny models on 2
+CPU cores). Each :class:`Engine` records whether its model-runner timers were installed.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import spec_counters
+from . import profile as vllm_profile
+from . import timers as vllm_timers
+from .settings import VllmSettings
+from .spec import speculative_config, vllm_version
+
+log = logging.getLogger(__name__)
+# the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
+# engine re-registers it, so only the newest engine's counters can be read (by any backend)
+_registry_owner: list[int | None] = [None]
+ENGINE_SHUTDOWN_S = 60.0  # vLLM's default (5 s) force-kills a busy engine process: warnings, leaked shared memory
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One started engine: the ``vllm.LLM``, its LRU key and the timers mode it really runs."""
+
+    llm: Any
+    key: str
+    timers: str  # the settings' mode, or "false" when this engine's timers could not be installed
+    timers_missing: str = ""  # why not (the timing_source of its passes), else ""
+
+
+class EnginePool:
+    """The engines of one backend (one target model), newest last."""
+
+    def __init__(self, settings: VllmSettings, target, model_dir: str, seed: int) -> None:
+        self.settings, self.target, self.model_dir, self.seed = settings, target, model_dir, seed
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self.starts: list[dict[str, Any]] = []
+        self.trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if settings.profile else None
+
+    def get(self, drafter, seqs: int, log_dir: str | None = None) -> Engine:
+        """The engine for ``drafter`` with ``max_num_seqs=seqs``, started (and an old one closed) if needed."""
+        s = self.settings
+        spec_cfg = speculative_config(drafter)
+        key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
+        if key in self._engines:
+            self._engines.move_to_end(key)
+            return self._engines[key]
+        while len(self._engines) >= s.max_engines:
+            old_key, old = self._engines.popitem(last=False)
+            log.info("vllm: closing engine %s to make room (max_engines=%d)", old_key, s.max_engines)
+            _shutdown(old.llm)
+        from vllm import LLM
+
+        t = self.target
+        kwargs = dict(
+            model=self.model_dir, tokenizer=self.model_dir, dtype=t.dtype, revision=t.revision,
+            trust_remote_code=t.trust_remote_code, seed=self.seed, max_num_seqs=seqs,
+            disable_log_stats=False,  # else no RequestOutput.metrics and no counters at all
+        ) | s.llm_args
+        if s.profile:
+            kwargs["profiler_config"] = vllm_profile.profiler_config(self.trace_dir(key))
+        if spec_cfg is not None:
+            kwargs["speculative_config"] = spec_cfg
+            if s.spec_metrics != "counters" and s.per_request_ok:
+                kwargs.setdefault("per_request_spec_decode_metrics", "detailed")
+            elif s.spec_metrics == "per_request":
+                raise ValueError(f"vLLM {vllm_version()} has no per_request_spec_decode_metrics; use spec_metrics=counters")
+        if s.timers != "false":
+            kwargs.setdefault("worker_extension_cls", vllm_timers.EXTENSION)
+        t0 = time.perf_counter()
+        from ...console import engine_log, stdout_fd_to
+
+        sink = engine_log(Path(log_dir), "vllm") if log_dir else None
+        if sink is not None:
+            log.info("vllm: engine output in %s", sink)
+        with stdout_fd_to(sink):  # the engine process inherits it: profiler tables, per-step logs
+            llm = LLM(**kwargs)
+        engine = Engine(llm, key, s.timers)
+        if s.timers != "false":
+            status = llm.collective_rpc("speedbench_timers_install")[0]
+            if status != "ok":  # the split is then missing, with the reason; the measurement stands
+                log.warning("vllm: %s", status)
+                engine = Engine(llm, key, "false", status)
+        self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
+        self._engines[key] = engine
+        _registry_owner[0] = id(llm)
+        return engine
+
+    def counters(self, engine: Engine):
+        """The engine's cumulative spec-decode counters, or None where they cannot be read."""
+        if id(engine.llm) != _registry_owner[0]:  # a newer engine re-registered the process-wide Prometheus metrics
+            return None
+        try:
+            return spec_counters.from_vllm_metrics(engine.llm.get_metrics())
+        except AssertionError:  # disable_log_stats=True
+            return None
+
+    def trace_dir(self, key: str) -> str:
+        path = Path(self.trace_root) / hashlib.sha256(key.encode()).hexdigest()[:12]
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def close(self) -> None:
+        while self._engines:
+            _shutdown(self._engines.popitem()[1].llm)
+        if self.trace_root:
+            shutil.rmtree(self.trace_root, ignore_errors=True)
+
+
+def _shutdown(llm) -> None:
+    """Stop an engine's worker processes now rather than at garbage collection, giving them the
+    time to exit by themselves."""
+    try:
+        try:
+            llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_S)
+        except TypeError:  # a vLLM whose shutdown takes no timeout
+            llm.llm_engine.engine_core.shutdown()
+    except Exception:  # pragma: no cover - best effort
+        log.debug("vllm: engine shutdown raised", exc_info=True)
+    del llm
+    gc.collect()

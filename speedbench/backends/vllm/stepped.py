@@ -1,0 +1,73 @@
+"""Prototype, off by default (``backend.options.lockstep=true``): a vLLM pass driven one engine
+iteration at a time, so that the protocol's lockstep (``engine.clock.Lockstep``) pairs the
+baseline and speculative engines step by step, as it pairs the reference engine's passes.
+
+``LLM.generate`` runs a batch to its end, and with the engine core in a process of its own (vLLM's
+default) that process iterates by itself whatever the caller does. With the engine core in this
+process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the backend for this mode)
+``LLMEngine.step()`` is exactly one iteration (schedule, execute, update outputs): the pass adds
+its requests (``LLMEngine.add_request``), steps, reads the outputs, and calls
+``Clock.checkpoint`` between two iterations, where the partner pass (the other engine, also in
+this process) may take the turn; the one behind in output goes next.
+
+Every time of a stepped pass is read on the pass's own clock (``engine.clock.own_time``, which only
+advances while the pass holds the turn): TTFT = end of the step that gave a request's first token
+- submission; decode = its last token's step - its first. vLLM's own timestamps
+(``RequestOutput.metrics``) span the partner's turns too and are not used here. The model-runner
+timers run in this process as well and read the same clock (``timers``).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ...engine.clock import Clock, own_time
+
+ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core in this process, stepped by the caller
+_ids = itertools.count()
+
+
+@dataclass
+class Stepped:
+    """One request's final output with its times on the pass's own clock (seconds)."""
+
+    output: object  # vLLM's RequestOutput (finished)
+    ttft: float
+    decode_s: float
+
+
+def run_stepped(llm, prompts: list[list[int]], params) -> list[Stepped]:
+    """Generate ``prompts`` (token ids) on ``llm`` one engine step at a time, in order."""
+    from vllm.inputs import TokensPrompt
+
+    from vllm.sampling_params import RequestOutputKind
+
+    engine = llm.llm_engine
+    params = params.clone()
+    params.output_kind = RequestOutputKind.CUMULATIVE  # every step's output: the first and last token's step
+    clock = Clock("cpu")  # begin/checkpoint only: step() returns once the step's tokens are on the host
+    clock.begin()
+    t0 = own_time()
+    ids = [f"sb-{next(_ids)}" for _ in prompts]
+    for rid, prompt in zip(ids, prompts):
+        engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
+    budget = max(1, len(prompts) * int(params.max_tokens))
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    made: dict[str, int] = {}
+    final: dict[str, object] = {}
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        now = own_time()
+        for o in outs:
+            n = len(o.outputs[0].token_ids)
+            if n > made.get(o.request_id, 0):
+                first.setdefault(o.request_id, now)
+                last[o.request_id] = now
+                made[o.request_id] = n
+            if o.finished:
+                final[o.request_id] = o
+        clock.checkpoint(sum(made.values()) / budget)  # the partner may step here
+    nan = float("nan")
+    return [Stepped(final[rid], first[rid] - t0 if rid in first else nan,
+                    last[rid] - first[rid] if rid in first else nan) for rid in ids]

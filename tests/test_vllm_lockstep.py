@@ -1,0 +1,67 @@
+"""Prototype ``backend.options.lockstep=true`` (off by default): the baseline and speculative vLLM
+engines in one process, stepped in turn through ``LLMEngine.add_request/step`` under the protocol's
+lockstep, each pass on its own clock. Runs in a subprocess: the mode puts vLLM's engine cores in the
+calling process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which must not leak into other tests."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.engine
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = r'''
+import json, math, sys
+from tests.engine_support import drafter, make_backend, requests
+from speedbench.backends.base import GenerateSpec
+from speedbench.config import SamplingConfig
+from speedbench.engine.clock import Lockstep
+from speedbench.pipeline import conversations, protocol
+from speedbench.config import ProtocolConfig
+
+if __name__ == "__main__":
+    b = make_backend("vllm", sys.argv[1], {"lockstep": True})
+    reqs = requests(16)
+    specs = {role: GenerateSpec(drafter(m), 3, SamplingConfig(), 16, True, role)
+             for role, m in (("baseline", "none"), ("spec", "ngram"))}
+    alone = {role: conversations.generate(b, reqs, s) for role, s in specs.items()}  # starts both engines
+    order = []
+    for role, s in specs.items():  # which engine steps, in order (the engines' own step, counted)
+        eng = b.engines.get(s.drafter, b.engine_seqs(3)).llm.llm_engine
+        def logged(step=eng.step, role=role):
+            order.append(role)
+            return step()
+        eng.step = logged
+    paired = Lockstep("baseline", "spec").run({role: (lambda s=s: conversations.generate(b, reqs, s)) for role, s in specs.items()})
+    switches = sum(1 for x, y in zip(order, order[1:]) if x != y)
+    out = {
+        "mode": protocol.interleaving(b, ProtocolConfig()), "info": b.info()["lockstep"], "switches": switches,
+        "steps": {r: order.count(r) for r in specs},
+        "same_tokens": {r: [x.output_ids for x in alone[r].requests] == [x.output_ids for x in paired[r].requests] for r in specs},
+        "tpot_ok": all(math.isfinite(x.tpot) and x.tpot > 0 for r in specs for x in paired[r].requests),
+        "ttft_ok": all(math.isfinite(x.ttft) and x.ttft > 0 for r in specs for x in paired[r].requests),
+        "wall": {r: paired[r].wall_s for r in specs},
+        "drafts": sum(x.n_drafts for x in paired["spec"].requests),
+        "accepted": sum(x.accepted for x in paired["spec"].requests),
+        "timed_steps": sum(1 for s in paired["spec"].steps if math.isfinite(s.t_verify)),
+    }
+    b.close()
+    print("RESULT " + json.dumps(out))
+'''
+
+
+def test_vllm_lockstep_prototype_steps_both_engines_in_turn(tmp_path, engine_models):
+    script = tmp_path / "lockstep.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), engine_models["target"]], capture_output=True, text=True,
+                          cwd=REPO, env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(next(line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")))
+    assert out["mode"] == "step" and out["info"] is True
+    assert out["same_tokens"] == {"baseline": True, "spec": True}  # stepping changes no token
+    assert out["ttft_ok"] and out["tpot_ok"] and all(w > 0 for w in out["wall"].values())
+    # both passes step in turn (the one behind in output goes next), not one after the other
+    assert out["switches"] >= 4, out
+    assert out["steps"]["baseline"] > out["steps"]["spec"]  # more tokens per speculative step
+    assert out["drafts"] > 0 and out["accepted"] > 0 and out["timed_steps"] > 0
