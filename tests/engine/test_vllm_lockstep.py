@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.engine
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = r'''
 import json, math, sys
-from tests.engine_support import drafter, make_backend, requests
+from tests.support.engine_support import drafter, make_backend, requests
 from speedbench.backends.base import GenerateSpec
 from speedbench.config import SamplingConfig
 from speedbench.engine.clock import Lockstep
