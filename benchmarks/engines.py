@@ -22,9 +22,8 @@ if __package__ in (None, ""):
 import pandas as pd  # noqa: E402
 
 from speedbench.pipeline import runner  # noqa: E402
-from speedbench.config import (  # noqa: E402
-    BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter, validate,
-)
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, validate
+from speedbench.drafters.registry import make_drafter
 from speedbench.data import DatasetSpec, load_requests  # noqa: E402
 from speedbench.models import local_dir  # noqa: E402
 

@@ -7,7 +7,8 @@ up to floating-point reduction order, hence the small tolerance.
 """
 import pytest
 
-from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.pipeline.runner import run_cells
 
 RECORDED_AL = {

@@ -1,6 +1,6 @@
 """Offline vLLM ``backend.options.batching``: what continuous batching changes, without starting an engine
 (the engine runs it in the commands of docs/load.md)."""
-from speedbench.backends.options import VllmOptions
+from speedbench.config.engine_options import VllmOptions
 from speedbench.backends.vllm_backend import VllmBackend
 from speedbench.config import BackendConfig, ModelConfig
 from speedbench.pipeline import protocol

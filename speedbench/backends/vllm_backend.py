@@ -26,7 +26,7 @@ pass on CUDA (``backend.options.timers``); ``extra["timing_source"]`` names it a
 With ``profile_split=true`` one extra, profiled batch per call also reads the split from vLLM's
 model-runner scopes into ``extra["profiled_split"]`` (see ``vllm_profile``).
 
-``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
+``backend.options`` (``config.engine_options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
 ``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
 ``timers`` (auto | measured | separate | false), ``batching`` (static | continuous), and
 ``engine_args``, passed to ``vllm.LLM`` as they are.
@@ -50,7 +50,7 @@ from .. import models
 from ..models import local_dir
 from . import spec_counters, vllm_profile, vllm_timers
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult, cut_to_output
-from .vllm_spec import check_method, check_synthetic, speculative_config, supported_methods, vllm_version
+from .vllm_spec import on_cpu, speculative_config, synthetic_problems, vllm_version
 
 log = logging.getLogger(__name__)
 # the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
@@ -121,13 +121,12 @@ class VllmBackend(Backend):
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
-        self._supported = supported_methods()
         self._engines: OrderedDict[str, Any] = OrderedDict()
         self.starts: list[dict[str, Any]] = []
         self._per_request_ok = _engine_args_have("per_request_spec_decode_metrics")
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         o, p = engine.options, []
         if str(o.spec_metrics) not in ("auto", "per_request", "counters"):
             p.append(f"backend.options.spec_metrics must be auto, per_request or counters, got {o.spec_metrics!r}")
@@ -139,7 +138,7 @@ class VllmBackend(Backend):
             p.append(f"backend.options.timers must be auto, measured, separate or false, got {o.timers!r}")
         if str(o.batching) not in ("static", "continuous"):
             p.append(f"backend.options.batching must be static or continuous, got {o.batching!r}")
-        return p
+        return p + (synthetic_problems(drafter, on_cpu) if drafter is not None else [])
 
     @property
     def submits_all(self) -> bool:
@@ -152,10 +151,6 @@ class VllmBackend(Backend):
         return int(batch_size) if self.submits_all else max(self.max_num_seqs, int(batch_size))
 
     # ---- engines -------------------------------------------------------------------------------
-    def check(self, drafter, batch_size: int) -> None:
-        check_method(drafter, self._supported, self.on_cpu)
-        check_synthetic(drafter, self.on_cpu)
-
     def _engine(self, drafter, batch_size: int, log_dir: str | None = None):
         spec_cfg = speculative_config(drafter)
         seqs = self.engine_seqs(batch_size)
