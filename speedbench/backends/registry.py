@@ -27,9 +27,11 @@ class BackendEntry:
     servers: bool = False  # measures servers one request at a time (open-loop arrivals: load.request_rate)
     can_schedule: bool = False  # can run drafter.schedule (for the methods drafters.registry lists for ``build``)
     schedule_fixed_by: tuple[tuple[str, str], ...] = ()  # (drafter field, why) that fix K on this engine
+    on_cpu: str | None = None  # "module:function": whether its engine runs on CPU (None: asked of nobody, True)
 
 
 _VLLM_METHODS = "speedbench.backends.vllm_spec:speedbench_methods_or_none"
+_VLLM_CPU = "speedbench.backends.vllm_spec:on_cpu"
 _PARALLEL_FIXED = (("parallel", "parallel drafting sizes its buffer from num_speculative_tokens"),
                    ("parallel_drafting", "parallel drafting sizes its buffer from num_speculative_tokens"))
 
@@ -39,12 +41,13 @@ ENTRIES: dict[str, BackendEntry] = {
     "synthetic": BackendEntry("speedbench.backends.synthetic:SyntheticBackend", eo.SyntheticOptions, "synthetic",
                               devices=("cpu",), tokenizer=False, local_models=False),
     "vllm": BackendEntry("speedbench.backends.vllm_backend:VllmBackend", eo.VllmOptions, "vllm", _VLLM_METHODS,
-                         can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED),
+                         can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED, on_cpu=_VLLM_CPU),
     "openai": BackendEntry("speedbench.backends.openai_backend:OpenAIBackend", eo.OpenAIOptions, "openai",
                            devices=("remote",), local_models=False, servers=True),
     # the vllm build started as servers: vLLM's methods, refusals and schedule rules (the schedule goes in --speculative-config)
     "vllm_serve": BackendEntry("speedbench.backends.vllm_serve:VllmServeBackend", eo.VllmServeOptions, "vllm",
-                               _VLLM_METHODS, servers=True, can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED),
+                               _VLLM_METHODS, servers=True, can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED,
+                               on_cpu=_VLLM_CPU),
     "hf": BackendEntry("speedbench.backends.hf_backend:HFBackend", eo.HFOptions, "hf", "drafters"),
 }
 
@@ -93,6 +96,12 @@ def methods(name: str) -> tuple[str, ...] | None:
 
 def server_backends() -> list[str]:
     return sorted(n for n, e in ENTRIES.items() if e.servers)
+
+
+def on_cpu(name: str) -> bool:
+    """Whether ``name``'s engine runs on CPU (asked only for a CPU-only refusal)."""
+    source = entry(name).on_cpu
+    return True if source is None else bool(_load(source)())
 
 
 def schedule_backends() -> list[str]:

@@ -21,10 +21,8 @@ kept as ``dataset.control_tokens`` says (refuse by default), before the length c
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..backends import registry as backends
@@ -44,29 +42,6 @@ class Prepared:
     skipped: dict[str, tuple[str, int]] = field(default_factory=dict)  # request_id -> (category, prompt tokens)
     truncated: dict[str, int] = field(default_factory=dict)  # request_id -> prompt tokens before the cut
     escaped: set[str] = field(default_factory=set)  # request_ids whose control strings were escaped
-
-
-# ---- model configs without weights ----------------------------------------------------------------------------
-def model_config(path: str) -> dict[str, Any] | None:
-    """vocab_size / num_hidden_layers / max_position_embeddings of a model; None when only a hub id
-    (not checked: reading it would need the network). Raises ``FileNotFoundError`` / ``ValueError``."""
-    from .. import models
-
-    preset = models.random_preset(path)
-    if preset is not None:
-        return models.random_config(preset)
-    local = Path(models.resolve_path(path)).expanduser()
-    if not local.exists():
-        if path.startswith(("/", ".", "~")) or path.count("/") != 1:
-            raise FileNotFoundError(f"{path!r} is neither a folder nor a hub id (owner/name)")
-        return None
-    cfg_path = local / "config.json"
-    try:
-        data = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
-    return {**data, **text}
 
 
 def _check_number(problems, key, value, low=None, high=None, low_open=False, integer=False):
@@ -169,15 +144,6 @@ def check_schedule(run) -> list[str]:
     return []
 
 
-def _engine_on_cpu(build: str) -> bool:
-    """Whether ``build``'s engine would run on CPU (asked only for a CPU-only refusal)."""
-    if build == "vllm":
-        from ..backends.vllm_spec import on_cpu
-
-        return on_cpu()
-    return True
-
-
 def check_method(run) -> list[str]:
     """The drafter method against the backend's entry and the method's (which builds run it, what they refuse)."""
     backend, d = run.backend.name, run.drafter
@@ -186,13 +152,14 @@ def check_method(run) -> list[str]:
         return []
     if d.method not in methods:
         return [f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}"]
-    build = backends.entry(backend).build
-    refused = drafters.engine_refusal(backend, d.method, lambda: _engine_on_cpu(build), build=build)
+    refused = drafters.engine_refusal(backend, d.method, lambda: backends.on_cpu(backend), build=backends.entry(backend).build)
     return [refused] if refused else []
 
 
 def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     """The drafter against the target, from their configs. Returns problems and the target's config."""
+    from .. import models
+
     p: list[str] = []
     backend, d = run.backend.name, run.drafter
     if backend not in backends.ENTRIES:
@@ -204,7 +171,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
         return p, None
     target = None
     try:
-        target = model_config(run.target.path)
+        target = models.model_config(run.target.path)
     except (OSError, ValueError, KeyError) as exc:
         p.append(f"target.path={run.target.path!r}: {exc}")
     if not entry.local_models:
@@ -216,7 +183,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
         elif isinstance(model, str):
             try:
-                draft = model_config(model)
+                draft = models.model_config(model)
             except (OSError, ValueError, KeyError) as exc:
                 p.append(f"drafter.model={model!r}: {exc}")
     if target and draft and entry.build in method.same_vocab:
@@ -224,7 +191,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
         if tv is not None and dv is not None and tv != dv:
             p.append(f"drafter.model={model!r} has vocab_size {dv} but the target {run.target.path!r} has {tv}; "
                      f"method {d.method} on backend={backend} needs the target's tokenizer")
-    if target and d.method == "layer_skip":
+    if target and hasattr(d, "num_layers"):  # self-speculation: the target's first layers draft
         n = target.get("num_hidden_layers")
         if n is not None and not (isinstance(d.num_layers, int) and 1 <= d.num_layers <= n):
             p.append(f"drafter.num_layers={d.num_layers!r}: must be in [1, {n}] (the target has {n} layers)")
@@ -403,7 +370,7 @@ def _prepare_random(run, problems: list[str], target_cfg) -> Prepared:
     from ..data import random_tokens
     from ..models import load_tokenizer
 
-    problems = problems + random_tokens.problems(run, target_cfg)
+    problems = problems + random_tokens.problems(run, target_cfg, _tokenizes(run))
     if problems:
         raise ConfigError(problems)
     t = run.target
