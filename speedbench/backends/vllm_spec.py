@@ -73,7 +73,7 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
         return None
     method, keys = drafters.engine_name(drafter.method, "vllm")
     cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": drafter.num_speculative_tokens, **keys}
-    if drafter.method in ("ngram", "ngram_gpu"):
+    if hasattr(drafter, "prompt_lookup_min"):  # the prompt-lookup schema (ngram, ngram_gpu)
         cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
         cfg["prompt_lookup_max"] = drafter.prompt_lookup_max
     model = getattr(drafter, "model", None)
