@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 
 from speedbench import models
-from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.data import DatasetSpec, load_requests
 from speedbench.data.chat import render_conversation
 from speedbench.drafters import build_drafter

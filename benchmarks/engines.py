@@ -22,9 +22,8 @@ if __package__ in (None, ""):
 import pandas as pd  # noqa: E402
 
 from speedbench.pipeline import runner  # noqa: E402
-from speedbench.config import (  # noqa: E402
-    BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter, validate,
-)
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.data import DatasetSpec, load_requests  # noqa: E402
 from speedbench.models import local_dir  # noqa: E402
 
@@ -69,8 +68,7 @@ def run_config(args, out: Path, prompts: Path, engine: str, batch: int, depth: i
         batch_size=batch, max_new_tokens=args.max_new_tokens, ignore_eos=True, warmup_batches=1,
         results_dir=str(out), run_id=engine, resume=True, per_category=False,
     )
-    validate(run)
-    return run
+    return run  # the runner's validation pass checks it before anything loads
 
 
 def main(args: argparse.Namespace) -> int:

@@ -114,8 +114,9 @@ def _run_app(argv: list[str], own: dict) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from . import redact
-    from .config import register_configs, to_run_config
-    from .config import ConfigError, omegaconf_line
+    from .backends.registry import schemas
+    from .config import ConfigError
+    from .config.hydra import omegaconf_line, register_configs, to_run_config
     from .results.runlock import check_run_id, register_resolver
 
     if not CONF_DIR.is_dir():
@@ -134,7 +135,7 @@ def _run_app(argv: list[str], own: dict) -> int:
             except ConfigError as exc:
                 _refuse(str(exc), prefix="speedbench")
                 return 2
-    register_configs()
+    register_configs(schemas())
     register_resolver()
     if any(a.startswith(("hydra/launcher=", "+hydra/launcher=")) for a in argv):
         register_launchers()
@@ -159,7 +160,7 @@ def _run_app(argv: list[str], own: dict) -> int:
         redact.redact_tree(root / ".hydra")
         try:
             try:
-                run = to_run_config(cfg)
+                run = to_run_config(cfg, schemas())
                 if own["check"]:  # validation only: nothing loads, nothing is written
                     prepared = validation.prepare(run)
                     print(f"speedbench run --check: ok ({len(prepared.requests)} prompts; nothing loaded, nothing written)")

@@ -12,6 +12,7 @@ A model path is one of:
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -185,3 +186,23 @@ def local_dir(path: str) -> str:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
+
+
+def model_config(path: str) -> dict[str, Any] | None:
+    """vocab_size / num_hidden_layers / max_position_embeddings of a model; None when only a hub id
+    (not checked: reading it would need the network). Raises ``FileNotFoundError`` / ``ValueError``."""
+    preset = random_preset(path)
+    if preset is not None:
+        return random_config(preset)
+    local = Path(resolve_path(path)).expanduser()
+    if not local.exists():
+        if path.startswith(("/", ".", "~")) or path.count("/") != 1:
+            raise FileNotFoundError(f"{path!r} is neither a folder nor a hub id (owner/name)")
+        return None
+    cfg_path = local / "config.json"
+    try:
+        data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
+    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
+    return {**data, **text}

@@ -11,7 +11,8 @@ turns into ``RequestRecord``/``StepRecord`` rows, failures as data. Static-batch
 implement :meth:`Session.run_turns`; per-request servers set ``asynchronous = True`` and
 implement :meth:`Session.run_turn_async`.
 
-Backends are registered by name with lazy imports: ``backend=torch`` never imports vLLM.
+Backends are registered by name with lazy imports (``backends.registry``): ``backend=torch``
+never imports vLLM.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from typing import Any, Callable, ClassVar, Optional
 
 from ..config import BackendConfig, DrafterConfig, FaultConfig, ModelConfig, SamplingConfig
 from ..records import Request, RequestRecord, StepRecord
-from ..registry import Registry
 
 NAN = math.nan
 
@@ -193,20 +193,22 @@ class Backend(ABC):
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:
         if not is_dataclass(engine.options):  # a config built in code: type (and check) its options here
-            from ..config import typed
-            from .options import option_schema
+            from ..config.hydra import typed
+            from .registry import option_schema
 
             engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
         self.target, self.engine, self.seed = target, engine, seed
 
     @classmethod
-    def preflight(cls, engine: BackendConfig, batch_size: int) -> list[str]:
-        """Problems with these engine settings found without building the engine (no model loads,
-        no server is contacted); the validation pass reports them before anything runs."""
+    def preflight(cls, engine: BackendConfig, batch_size: int, drafter: DrafterConfig | None = None) -> list[str]:
+        """Problems with these engine settings (and, when given, ``drafter`` at ``batch_size``) found
+        without building the engine: no model loads, no server is contacted. The validation pass
+        asks it once per job, before anything runs; the rules every engine shares (methods,
+        refusals, draft models, schedules) are the registries' and the validation pass's."""
         return []
 
-    def check(self, drafter: DrafterConfig, batch_size: int) -> None:  # noqa: B027 - optional
-        """Raise ``ValueError`` naming the option when this engine cannot run ``drafter`` at ``batch_size``."""
+    def ready(self, drafter: DrafterConfig, batch_size: int) -> None:  # noqa: B027 - optional
+        """Make the engine ready to run ``drafter`` at ``batch_size`` before a pass (servers start here)."""
 
     @abstractmethod
     def session(self, spec: GenerateSpec) -> Session:
@@ -216,7 +218,7 @@ class Backend(ABC):
         return {"backend": self.name}
 
     def attach_run_folder(self, folder) -> None:  # noqa: B027 - optional
-        """The run's results folder, before the first :meth:`check` (engines that start processes log there)."""
+        """The run's results folder, before the first :meth:`ready` (engines that start processes log there)."""
 
     def close(self) -> None:  # noqa: B027
         pass
@@ -253,12 +255,3 @@ def device_problems(engine: BackendConfig) -> list[str]:
     except RuntimeError as exc:
         return [str(exc)]
     return []
-
-
-BACKENDS: Registry[type[Backend]] = Registry("backend")
-BACKENDS.register("torch", "speedbench.backends.torch_backend:TorchBackend")
-BACKENDS.register("synthetic", "speedbench.backends.synthetic:SyntheticBackend")
-BACKENDS.register("vllm", "speedbench.backends.vllm.backend:VllmBackend")
-BACKENDS.register("openai", "speedbench.backends.openai_backend:OpenAIBackend")
-BACKENDS.register("vllm_serve", "speedbench.backends.vllm_serve:VllmServeBackend")
-BACKENDS.register("hf", "speedbench.backends.hf_backend:HFBackend")

@@ -34,8 +34,6 @@ from ..engine.clock import Clock
 from .base import (NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult,
                    finish_reason)
 
-METHODS = ("none", "draft_model", "ngram")
-
 
 class StepStreamer:
     """Receives the tokens each target iteration emits (``generate(streamer=...)``); the first put is the prompt."""
@@ -111,24 +109,14 @@ class HFBackend(Backend):
         self.full_drafts = bool(engine.options.full_drafts)
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         from .base import device_problems
 
         batch = [] if batch_size == 1 else [
             f"batch_size={batch_size}: backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1)"]
-        return device_problems(engine) + batch
-
-    def check(self, drafter, batch_size: int) -> None:
-        if drafter.method not in METHODS:
-            raise ValueError(f"drafter.method={drafter.method!r} is not supported by backend=hf; supported: {list(METHODS)}")
-        if drafter.method == "ngram" and drafter.prompt_lookup_min != 1:
-            raise ValueError("backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1")
-        if drafter.method == "draft_model" and not drafter.model:
-            raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
-        if batch_size != 1:
-            raise ValueError(
-                f"backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1); got {batch_size}"
-            )
+        lookup = [] if drafter is None or drafter.method != "ngram" or drafter.prompt_lookup_min == 1 else [
+            "backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1"]
+        return device_problems(engine) + batch + lookup
 
     def info(self) -> dict[str, Any]:
         import transformers

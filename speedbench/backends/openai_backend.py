@@ -106,29 +106,26 @@ class OpenAIBackend(Backend):
     asynchronous = True
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = dataclasses.asdict(engine.options) if dataclasses.is_dataclass(engine.options) else dict(engine.options)
         p = _server_problems(opts)
         if not opts.get("baseline_url"):
             p.append(BASELINE_URL_MISSING)
+        elif (drafter is not None and drafter.method != "none"
+              and str(opts["baseline_url"]).rstrip("/") == str(opts.get("base_url") or "").rstrip("/")):
+            p.append("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
         return p
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed
         self.opts = dataclasses.asdict(engine.options)
-        problems = _server_problems(self.opts)  # baseline_url is checked per pass (check)
+        problems = _server_problems(self.opts)  # baseline_url: the validation pass's preflight
         if problems:
             raise ValueError(problems[0])
         self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
-
-    def check(self, drafter, batch_size: int) -> None:
-        if not self.opts["baseline_url"]:
-            raise ValueError(BASELINE_URL_MISSING)
-        if self.opts["baseline_url"].rstrip("/") == self.opts["base_url"].rstrip("/") and drafter.method != "none":
-            raise ValueError("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name, "engine": "openai-compatible server", "device": "remote",

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .base import Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
-from .options import SyntheticOptions
+from ..config.engine_options import SyntheticOptions
 
 VOCAB = 256
 

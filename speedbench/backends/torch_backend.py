@@ -12,7 +12,7 @@ import torch
 
 from .. import models
 from ..drafters.faults import with_faults
-from ..drafters.registry import DRAFTERS, build_drafter
+from ..drafters.registry import build_drafter, reference_options
 from ..drafters.schedule import parse as parse_schedule
 from ..engine.build import LMBuilder
 from ..engine.clock import Clock
@@ -20,10 +20,6 @@ from ..engine.decode import generate
 from ..engine.drafting import DraftContext
 from ..engine.sampling import SamplingParams
 from .base import default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
-
-# the fields of each drafter schema the reference engine's drafters take (besides D)
-DRAFTER_FIELDS = {"ngram": ("prompt_lookup_min", "prompt_lookup_max"), "draft_model": ("model",),
-                  "layer_skip": ("num_layers",), "eagle3": ("model",), "pard": ("model",)}
 
 
 class TorchBackend(Backend):
@@ -49,27 +45,24 @@ class TorchBackend(Backend):
         return models.load_model(path, t.dtype, self.device, t.revision, t.trust_remote_code)
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         from .base import device_problems
 
+        p = device_problems(engine)
         try:
             LMBuilder(engine.impl)  # refuses an unknown impl, naming the choices
         except ValueError as exc:
-            return [*device_problems(engine), str(exc)]
-        return device_problems(engine)
-
-    def check(self, drafter, batch_size: int) -> None:
-        if drafter.method != "none":
-            synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs
-        if drafter.method not in DRAFTERS:
-            raise ValueError(
-                f"drafter.method={drafter.method!r} is not supported by backend=torch; supported: {DRAFTERS.names()}"
-            )
+            p.append(str(exc))
+        if drafter is not None and drafter.method != "none":
+            try:
+                synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs
+            except ValueError as exc:
+                p.append(str(exc))
+        return p
 
     def build_drafter(self, cfg, faults):
         ctx = DraftContext(self.model, self.build_lm, torch.device(self.device), self._load)
-        options = {k: getattr(cfg, k) for k in DRAFTER_FIELDS.get(cfg.method, ())}
-        return with_faults(build_drafter(cfg.method, ctx, options), faults)
+        return with_faults(build_drafter(cfg.method, ctx, reference_options(cfg)), faults)
 
     def info(self) -> dict[str, Any]:
         return {

@@ -4,7 +4,7 @@ The servers are built from the same target and drafter configs as offline vLLM (
 ``speculative_config`` comes from ``vllm.spec``; ``builtin:`` and ``random:`` models are
 folders via ``models.local_dir``) and run as their own processes (``server_set.ServerSet``:
 free loopback ports, health check, logs in ``<run folder>/engine-logs/``, stopped on every
-exit path). They are started in :meth:`check`, which the runner calls before the warm-up, so
+exit path). They are started in :meth:`ready`, which the runner calls before the warm-up, so
 start-up is never measured; its time is in the cell's ``extra["servers"]``. Measuring then goes
 through ``backend=openai``'s code path unchanged (this class only fills in the two URLs).
 
@@ -31,9 +31,9 @@ from .. import models
 from ..config import DrafterConfig
 from .base import Backend
 from .openai_backend import OpenAIBackend, _server_problems, deadlines
-from .options import SPEC_METRICS, choice_problem
+from ..config.engine_options import SPEC_METRICS, choice_problem
 from .server_set import ServerSet
-from .vllm.spec import check_method, check_synthetic, speculative_config
+from .vllm.spec import on_cpu, speculative_config, synthetic_problems
 
 CPU_FLAGS = {"enforce_eager": True, "kv_cache_memory_bytes": 512 << 20}
 
@@ -58,8 +58,8 @@ def _options(engine) -> dict[str, Any]:
     """The options as a dict with every default (a config built in code gives only what it sets)."""
     o = engine.options
     if not dataclasses.is_dataclass(o):
-        from ..config import typed
-        from .options import VllmServeOptions
+        from ..config.engine_options import VllmServeOptions
+        from ..config.hydra import typed
 
         o = typed(VllmServeOptions, dict(o or {}), "backend.options")
     return dataclasses.asdict(o)
@@ -69,7 +69,7 @@ class VllmServeBackend(OpenAIBackend):
     name = "vllm_serve"
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = _options(engine)
         p = []
         for key in ("base_url", "baseline_url"):
@@ -86,6 +86,8 @@ class VllmServeBackend(OpenAIBackend):
             p.append(f"backend.options.max_engines must be >= 2 (baseline + speculative server), got {opts.get('max_engines')!r}")
         p += choice_problem("spec_metrics", opts.get("spec_metrics"), SPEC_METRICS)
         p += [x for x in _server_problems(opts | {"base_url": "http://127.0.0.1:1/v1"})]
+        if drafter is not None and opts.get("vllm_flags"):
+            p += synthetic_problems(drafter, on_cpu)
         return p
 
     def __init__(self, target, engine, seed: int = 0) -> None:
@@ -106,7 +108,7 @@ class VllmServeBackend(OpenAIBackend):
 
     # ---- servers -----------------------------------------------------------------------------------
     def attach_run_folder(self, folder) -> None:
-        """Server logs go to ``<folder>/engine-logs/`` (the runner calls this before :meth:`check`)."""
+        """Server logs go to ``<folder>/engine-logs/`` (the runner calls this before :meth:`ready`)."""
         if self._log_dir is None:
             self._log_dir = Path(folder) / "engine-logs"
 
@@ -157,11 +159,8 @@ class VllmServeBackend(OpenAIBackend):
             args += [a.format(**fill) for a in o["spec_server_args"]]
         return args
 
-    def check(self, drafter, batch_size: int) -> None:
+    def ready(self, drafter, batch_size: int) -> None:
         """Start (or reuse) the baseline server and the server for ``drafter``; set the URLs."""
-        if self.opts["vllm_flags"]:
-            check_method(drafter)
-            check_synthetic(drafter, self.on_cpu())
         seqs = max(int(self.opts["max_num_seqs"]), int(batch_size))
         base_drafter = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
         items = [(self._key(base_drafter, seqs), "baseline", self.argv(base_drafter, seqs))]
@@ -172,7 +171,6 @@ class VllmServeBackend(OpenAIBackend):
         self.opts["baseline_url"] = found[0].url
         self.opts["base_url"] = found[-1].url if drafter.method != "none" else found[0].url
         self._current = found
-        super().check(drafter, batch_size)
 
     def _key(self, drafter, seqs: int) -> str:
         cfg = speculative_config(drafter) if drafter.method != "none" else None

@@ -17,8 +17,9 @@ SOURCE = "random"
 CATEGORY = "random"
 
 
-def problems(run, target_cfg: dict | None) -> list[str]:
-    """The random dataset's settings against the run (one line each, naming the option)."""
+def problems(run, target_cfg: dict | None, tokenizes: bool) -> list[str]:
+    """The random dataset's settings against the run (one line each, naming the option).
+    ``tokenizes``: whether the backend tokenizes with the target's tokenizer (its registry entry)."""
     ds, p = run.dataset, []
     if ds.input_len is None or isinstance(ds.input_len, bool) or not isinstance(ds.input_len, int) or ds.input_len < 1:
         p.append(f"dataset.input_len must be an integer >= 1 for dataset.source=random, got {ds.input_len!r}")
@@ -26,9 +27,9 @@ def problems(run, target_cfg: dict | None) -> list[str]:
         p.append(f"dataset.output_len={ds.output_len} but max_new_tokens={run.max_new_tokens}: set max_new_tokens to it")
     if not run.ignore_eos:
         p.append("dataset.source=random needs ignore_eos=true (fixed output lengths, as vllm bench's random dataset)")
-    if run.backend.name in ("openai", "vllm_serve") and getattr(run.backend.options, "endpoint", "completions") == "chat":
+    if getattr(run.backend.options, "endpoint", "completions") == "chat":  # the server backends' option
         p.append("dataset.source=random sends token ids: it needs backend.options.endpoint=completions")
-    if run.backend.name not in ("torch", "hf", "vllm", "openai", "vllm_serve"):
+    if not tokenizes:
         p.append(f"dataset.source=random needs the target's tokenizer; backend={run.backend.name} has none")
     context = (target_cfg or {}).get("max_position_embeddings")
     if context and isinstance(ds.input_len, int) and ds.input_len + run.max_new_tokens + run.drafter.num_speculative_tokens + 1 > context:

@@ -1,37 +1,151 @@
-"""The reference engine's drafters by method name (lazy imports)."""
+"""Every drafter method, one entry each: its config schema, whether it needs a model, the
+reference engine's class and fields, the name each engine knows it by, which engines run it,
+where it can vary K, and what each engine build refuses and why.
+
+Nothing else lists method names. A method an engine build accepts that has no entry here
+(vLLM's many ``*_mtp`` methods) drafts with weights of its own and is run by that build alone
+(:data:`UNLISTED`). Engine builds are named as ``backends.registry`` names them (``build``):
+``vllm_serve`` starts the ``vllm`` build as servers, so the ``vllm`` rows apply to it too.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.drafting import DraftContext, Drafter
+from ..config import DrafterConfig, LayerSkipDrafterConfig, ModelDrafterConfig, NgramDrafterConfig
 from ..registry import Registry
 
-DRAFTERS: Registry[type[Drafter]] = Registry("drafter")
-DRAFTERS.register("none", "speedbench.drafters.none:NoDrafter")
-DRAFTERS.register("ngram", "speedbench.drafters.ngram:NgramDrafter")
-DRAFTERS.register("draft_model", "speedbench.drafters.draft_model:DraftModelDrafter")
-DRAFTERS.register("layer_skip", "speedbench.drafters.draft_model:LayerSkipDrafter")
-DRAFTERS.register("eagle3", "speedbench.drafters.eagle3:Eagle3Drafter")
-DRAFTERS.register("pard", "speedbench.drafters.pard:PardDrafter")
 
-# Which methods may run a draft-length schedule (``drafter.schedule``) on which engine; a method not
-# listed for an engine is refused before anything loads. The reference engine drafts any width per
-# step with every drafter. vLLM (0.32): ngram, draft_model, eagle and dflash vary K per step; suffix and
-# medusa assert a fixed K; parallel drafting (``parallel``) sizes a buffer from the configured K.
-_VLLM_SCHEDULE = frozenset({"ngram", "ngram_gpu", "draft_model", "eagle", "dflash"})
-SCHEDULE_METHODS: dict[str, frozenset[str]] = {
-    "torch": frozenset({"none", "ngram", "draft_model", "layer_skip", "eagle3", "pard"}),
-    "vllm": _VLLM_SCHEDULE,
-    "vllm_serve": _VLLM_SCHEDULE,  # the same vLLM build, started as servers (the schedule goes in --speculative-config)
+@dataclass(frozen=True)
+class Refusal:
+    """An engine build accepts the method in its configuration but cannot run it (read from its
+    source or seen when it ran): refused by the validation pass, before any model loads."""
+
+    reason: str
+    cpu_only: bool = False  # refused only where the engine runs on CPU
+    unless_module: str | None = None  # runs once this Python module is importable
+
+
+@dataclass(frozen=True)
+class DrafterMethod:
+    schema: type[DrafterConfig] = ModelDrafterConfig
+    needs_model: bool = False  # drafter.model must name its weights
+    reference: str | None = None  # "module:Class" of the reference engine's drafter (backend=torch)
+    reference_fields: tuple[str, ...] = ()  # the schema fields that drafter takes (besides D)
+    engines: frozenset[str] = frozenset()  # builds that run it besides the reference engine (``vllm``: if the build knows it)
+    engine_names: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # build -> (its method, extra keys)
+    same_vocab: frozenset[str] = frozenset()  # builds on which the drafter needs the target's vocabulary
+    schedule: frozenset[str] = frozenset()  # builds on which it can vary K (``drafter.schedule``)
+    fixed_k_why: str = "it drafts a fixed K"  # why a build not in ``schedule`` cannot vary K
+    refusals: dict[str, Refusal] = field(default_factory=dict)  # build -> what that build refuses and why
+
+    def runs_on(self, build: str) -> bool:
+        return (self.reference is not None) if build == "torch" else build in self.engines
+
+
+_ANY_K = frozenset({"torch", "vllm"})
+_PARALLEL_K = "vLLM's parallel drafting sizes its buffer from num_speculative_tokens and is wrong for any other K"
+
+METHODS: dict[str, DrafterMethod] = {
+    "none": DrafterMethod(DrafterConfig, reference="speedbench.drafters.none:NoDrafter",
+                          engines=frozenset({"hf", "vllm"}), schedule=frozenset({"torch"})),
+    "ngram": DrafterMethod(NgramDrafterConfig, reference="speedbench.drafters.ngram:NgramDrafter",
+                           reference_fields=("prompt_lookup_min", "prompt_lookup_max"),
+                           engines=frozenset({"hf", "vllm"}), schedule=_ANY_K),
+    "ngram_gpu": DrafterMethod(NgramDrafterConfig, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
+    "suffix": DrafterMethod(DrafterConfig, engines=frozenset({"vllm"}), fixed_k_why="suffix decoding asserts a fixed K",
+                            refusals={"vllm": Refusal(
+                                "vLLM's suffix decoding needs the arctic-inference package, which is not installed "
+                                "(published as a source distribution only; see the README)",
+                                unless_module="arctic_inference")}),
+    "layer_skip": DrafterMethod(LayerSkipDrafterConfig, reference="speedbench.drafters.draft_model:LayerSkipDrafter",
+                                reference_fields=("num_layers",), schedule=frozenset({"torch"})),
+    "draft_model": DrafterMethod(needs_model=True, reference="speedbench.drafters.draft_model:DraftModelDrafter",
+                                 reference_fields=("model",), engines=frozenset({"hf", "vllm"}),
+                                 same_vocab=frozenset({"torch", "vllm"}), schedule=_ANY_K),
+    "pard": DrafterMethod(needs_model=True, reference="speedbench.drafters.pard:PardDrafter", reference_fields=("model",),
+                          engines=frozenset({"vllm"}), same_vocab=frozenset({"torch", "vllm"}),
+                          # vLLM: a draft model with parallel drafting (mask token id: ``pard_token`` in its config.json)
+                          engine_names={"vllm": ("draft_model", {"parallel_drafting": True})},
+                          schedule=frozenset({"torch"}), fixed_k_why=_PARALLEL_K),
+    "eagle3": DrafterMethod(needs_model=True, reference="speedbench.drafters.eagle3:Eagle3Drafter",
+                            reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"})),
+    "eagle": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
+    "dflash": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
+    "medusa": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), fixed_k_why="medusa asserts a fixed K"),
+    "mtp": DrafterMethod(engines=frozenset({"vllm"})),  # the target's own heads unless drafter.model is set
+    "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
+        "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
+        "start-up)")}),
+    "dspark": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
+        "vLLM's CPU build runs only the V1 model runner, which does not support dspark ('Model Runner V1 does not "
+        "support: dspark speculative decoding')", cpu_only=True)}),
 }
-# drafter settings that fix K on an engine even for a method listed above: engine -> (field, reason)
-_PARALLEL_FIXED = (("parallel", "parallel drafting sizes its buffer from num_speculative_tokens"),
-                   ("parallel_drafting", "parallel drafting sizes its buffer from num_speculative_tokens"))
-SCHEDULE_FIXED_BY: dict[str, tuple[tuple[str, str], ...]] = {"vllm": _PARALLEL_FIXED, "vllm_serve": _PARALLEL_FIXED}
-SCHEDULE_REFUSED_WHY = {"suffix": "suffix decoding asserts a fixed K", "medusa": "medusa asserts a fixed K",
-                        "pard": "vLLM's parallel drafting sizes its buffer from num_speculative_tokens and is "
-                                "wrong for any other K"}
+UNLISTED = DrafterMethod(engines=frozenset({"vllm"}))  # a method only an engine build knows (weights of its own)
+
+SCHEMA_NAMES = {DrafterConfig: "plain", NgramDrafterConfig: "ngram", ModelDrafterConfig: "model",
+                LayerSkipDrafterConfig: "layer_skip"}  # conf/drafter/*.yaml: defaults: [schema_<name>, _self_]
 
 
-def build_drafter(method: str, ctx: DraftContext, options: dict[str, Any]) -> Drafter:
-    return DRAFTERS.get(method)(ctx, **options)
+def method(name: str) -> DrafterMethod:
+    return METHODS.get(name, UNLISTED)
+
+
+def drafter_schema(name: str) -> type[DrafterConfig]:
+    return method(name).schema
+
+
+def make_drafter(method: str = "none", num_speculative_tokens: int = 0, name: str | None = None, **fields) -> DrafterConfig:
+    """A drafter config of the method's own schema (unknown fields raise ``TypeError``)."""
+    return drafter_schema(method)(name=name or method, method=method, num_speculative_tokens=num_speculative_tokens, **fields)
+
+
+def methods_on(build: str) -> tuple[str, ...]:
+    """The listed methods ``build`` runs (for ``vllm``: those the build may know; it decides)."""
+    return tuple(sorted(n for n, m in METHODS.items() if m.runs_on(build)))
+
+
+def engine_name(name: str, build: str) -> tuple[str, dict[str, Any]]:
+    """The method as ``build`` names it, with the keys that make it this method (pard on vLLM)."""
+    return method(name).engine_names.get(build, (name, {}))
+
+
+def schedule_methods(build: str) -> frozenset[str]:
+    """Methods that can vary K on ``build``."""
+    return frozenset(n for n, m in METHODS.items() if build in m.schedule)
+
+
+def _importable(module: str) -> bool:
+    from importlib.util import find_spec
+
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def engine_refusal(backend: str, name: str, on_cpu=None, build: str | None = None) -> str | None:
+    """The one-line refusal of method ``name`` on ``backend`` (running engine ``build``, default the
+    backend itself), or None when its entry refuses nothing there. ``on_cpu``: whether the engine
+    runs on CPU (True/False), or a callable asked only when a CPU-only refusal matches."""
+    row = method(name).refusals.get(build or backend)
+    if row is None or (row.unless_module and _importable(row.unless_module)):
+        return None
+    if row.cpu_only and not (on_cpu() if callable(on_cpu) else on_cpu):
+        return None
+    return f"drafter.method={name!r} cannot run on backend={backend}: {row.reason}"
+
+
+DRAFTERS: Registry = Registry("drafter")  # the reference engine's drafter classes (lazy imports)
+for _name, _entry in METHODS.items():
+    if _entry.reference:
+        DRAFTERS.register(_name, _entry.reference)
+
+
+def reference_options(cfg: DrafterConfig) -> dict[str, Any]:
+    """The fields of ``cfg`` the reference engine's drafter for its method takes."""
+    return {k: getattr(cfg, k) for k in method(cfg.method).reference_fields}
+
+
+def build_drafter(name: str, ctx, options: dict[str, Any]):
+    return DRAFTERS.get(name)(ctx, **options)

@@ -38,7 +38,7 @@ NAN = float("nan")
 
 def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> GenerateOutput:
     """One measured pass of ``requests`` on ``backend`` (baseline, speculative or warm-up)."""
-    backend.check(spec.drafter, spec.batch_size)
+    backend.ready(spec.drafter, spec.batch_size)
     session = backend.session(spec)
     ids = _Iterations()
     t0 = own_time()  # the pass's own clock (a lockstep partner's turns are not this pass's time)

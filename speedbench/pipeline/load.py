@@ -25,6 +25,7 @@ import random
 from dataclasses import replace
 from typing import Any
 
+from ..backends.registry import server_backends
 from ..records import Request
 
 
@@ -141,8 +142,8 @@ def load_problems(run) -> list[str]:
         p.append(f"load.warmup_requests must be an integer >= 0 (or unset), got {ld.warmup_requests!r}")
     if not (isinstance(ld.request_rate, (int, float)) and ld.request_rate > 0):
         p.append(f"load.request_rate must be > 0 requests/s (inf = all at once), got {ld.request_rate!r}")
-    elif math.isfinite(ld.request_rate) and run.backend.name not in ("openai", "vllm_serve"):
-        p.append(f"load.request_rate needs a server backend (openai or vllm_serve), not backend={run.backend.name}")
+    elif math.isfinite(ld.request_rate) and run.backend.name not in (servers := server_backends()):
+        p.append(f"load.request_rate needs a server backend ({' or '.join(servers)}), not backend={run.backend.name}")
     if not (isinstance(ld.burstiness, (int, float)) and 0 < ld.burstiness < math.inf):
         p.append(f"load.burstiness must be a positive number (1.0 = Poisson), got {ld.burstiness!r}")
     for key in ("ttft_ms", "tpot_ms", "e2e_ms"):

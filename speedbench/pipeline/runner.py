@@ -15,7 +15,8 @@ from collections import OrderedDict
 from dataclasses import replace
 
 from .. import slurm
-from ..backends.base import BACKENDS, Backend, GenerateOutput, GenerateSpec
+from ..backends.base import Backend, GenerateOutput, GenerateSpec
+from ..backends.registry import BACKENDS
 from ..config import DrafterConfig, RunConfig
 from ..loggers import build_logger
 from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
@@ -228,7 +229,7 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
     backend = get_backend(run)
     backend.attach_run_folder(store.root)
-    backend.check(run.drafter, in_flight(run))
+    backend.ready(run.drafter, in_flight(run))
     info = backend.info()
     device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
     store.write_provenance(provenance.collect(run, info, device))

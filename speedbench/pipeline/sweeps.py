@@ -64,7 +64,8 @@ def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
     from omegaconf import open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    from ..config import omegaconf_line, to_run_config
+    from ..backends.registry import schemas
+    from ..config.hydra import omegaconf_line, to_run_config
     from ..console import error_line
     from ..data.errors import DatasetError
     from . import validation
@@ -77,7 +78,7 @@ def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
             with open_dict(job):  # what the launcher sets before a job runs
                 job.hydra.job.num = number
                 job.hydra.job.id = str(number)
-            validation.prepare(to_run_config(job))
+            validation.prepare(to_run_config(job, schemas()))
         except validation.ConfigError as exc:
             found = exc.problems
         except OmegaConfBaseException as exc:

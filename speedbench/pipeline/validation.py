@@ -21,19 +21,17 @@ kept as ``dataset.control_tokens`` says (refuse by default), before the length c
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError  # noqa: F401 - re-exported: the error every check raises
+from ..backends import registry as backends
+from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
+from ..drafters import registry as drafters
 
 ON_TOO_LONG = ("error", "skip", "truncate")
-MODEL_BACKENDS = ("torch", "hf", "vllm", "openai", "vllm_serve")  # backends that tokenize with the target's tokenizer
-SAME_VOCAB = {"torch": ("draft_model", "pard"), "vllm": ("draft_model", "pard"),
-              "vllm_serve": ("draft_model", "pard")}  # methods that need the target's vocabulary
+PROGRESS = {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}
 
 
 @dataclass
@@ -44,29 +42,6 @@ class Prepared:
     skipped: dict[str, tuple[str, int]] = field(default_factory=dict)  # request_id -> (category, prompt tokens)
     truncated: dict[str, int] = field(default_factory=dict)  # request_id -> prompt tokens before the cut
     escaped: set[str] = field(default_factory=set)  # request_ids whose control strings were escaped
-
-
-# ---- model configs without weights ----------------------------------------------------------------------------
-def model_config(path: str) -> dict[str, Any] | None:
-    """vocab_size / num_hidden_layers / max_position_embeddings of a model; None when only a hub id
-    (not checked: reading it would need the network). Raises ``FileNotFoundError`` / ``ValueError``."""
-    from .. import models
-
-    preset = models.random_preset(path)
-    if preset is not None:
-        return models.random_config(preset)
-    local = Path(models.resolve_path(path)).expanduser()
-    if not local.exists():
-        if path.startswith(("/", ".", "~")) or path.count("/") != 1:
-            raise FileNotFoundError(f"{path!r} is neither a folder nor a hub id (owner/name)")
-        return None
-    cfg_path = local / "config.json"
-    try:
-        data = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
-    text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
-    return {**data, **text}
 
 
 def _check_number(problems, key, value, low=None, high=None, low_open=False, integer=False):
@@ -114,111 +89,109 @@ def check_settings(run) -> list[str]:
         _check_number(p, "dataset.max_prompt_tokens", ds.max_prompt_tokens, 1, integer=True)
     if ds.n_requests is not None:
         _check_number(p, "dataset.n_requests", ds.n_requests, 1, integer=True)
-    return p
+    return p + check_protocol(run)
+
+
+def check_protocol(run) -> list[str]:
+    """How cells are measured and analysed (protocol, acceptance, progress, load and SLO options)."""
+    from .load import load_problems
+
+    p, pr, ac = [], run.protocol, run.acceptance
+    if not 1 <= pr.min_repeats <= pr.max_repeats:
+        p.append(f"protocol.min_repeats ({pr.min_repeats}) must be >= 1 and <= protocol.max_repeats ({pr.max_repeats})")
+    if not 0 < pr.confidence < 1:
+        p.append(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
+    if pr.interleave not in INTERLEAVE:
+        p.append(f"protocol.interleave must be one of {', '.join(INTERLEAVE)}, got {pr.interleave!r}")
+    if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
+        p.append("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
+    if str(run.progress).lower() not in PROGRESS:
+        p.append(f"progress must be auto, true or false, got {run.progress!r}")
+    if ac.window < 1 or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:
+        p.append("acceptance.window, acceptance.loop_max_period and acceptance.loop_min_tokens must be >= 1 "
+                 "and acceptance.loop_min_repeats >= 2")
+    if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:
+        p.append("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
+    return p + load_problems(run)
 
 
 def check_schedule(run) -> list[str]:
     """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
-    (``drafters.registry.SCHEDULE_METHODS``)."""
-    from ..drafters.registry import SCHEDULE_FIXED_BY, SCHEDULE_METHODS, SCHEDULE_REFUSED_WHY
+    (``drafters.registry``: each method's ``schedule``; ``backends.registry``: ``can_schedule``)."""
     from ..drafters.schedule import parse
 
     d, backend = run.drafter, run.backend.name
     raw = getattr(d, "schedule", None)
-    if not raw:
+    if not raw or backend not in backends.ENTRIES:
         return []
     try:
         parse(raw)
     except ValueError as exc:
         return [str(exc)]
-    methods = SCHEDULE_METHODS.get(backend)
-    if methods is None:
+    entry = backends.entry(backend)
+    if not entry.can_schedule:
         return [f"drafter.schedule: backend={backend} cannot run a schedule (engines that can: "
-                f"{', '.join(sorted(SCHEDULE_METHODS))})"]
+                f"{', '.join(backends.schedule_backends())})"]
+    methods = drafters.schedule_methods(entry.build)
     if d.method not in methods:
-        why = SCHEDULE_REFUSED_WHY.get(d.method, "it drafts a fixed K")
+        why = drafters.method(d.method).fixed_k_why
         return [f"drafter.schedule: drafter.method={d.method!r} cannot vary K on backend={backend} ({why}); "
                 f"methods that can: {', '.join(sorted(methods))}"]
-    for key, why in SCHEDULE_FIXED_BY.get(backend, ()):
+    for key, why in entry.schedule_fixed_by:
         if getattr(d, key, False) or d.engine_args.get(key):
             return [f"drafter.schedule: drafter.method={d.method!r} with {key}=true cannot vary K on "
                     f"backend={backend} ({why})"]
     return []
 
 
-def known_methods(backend: str) -> tuple[str, ...] | None:
-    """Drafter methods ``backend`` can run; None when the engine decides (server, synthetic)."""
-    if backend == "torch":
-        from ..drafters.registry import DRAFTERS
-
-        return tuple(DRAFTERS.names())
-    if backend == "hf":
-        from ..backends.hf_backend import METHODS
-
-        return METHODS
-    if backend in ("vllm", "vllm_serve"):  # vllm_serve starts the same vLLM build as servers
-        try:
-            from ..backends.vllm.spec import speedbench_methods
-
-            return ("none", *sorted(speedbench_methods()))
-        except Exception:  # noqa: BLE001 - no vLLM installed: the backend says so when it starts
-            return None
-    return None
-
-
-def _engine_on_cpu(backend: str) -> bool:
-    """Whether ``backend``'s engine would run on CPU (asked only for a CPU-only refusal)."""
-    if backend in ("vllm", "vllm_serve"):
-        from ..backends.vllm.spec import on_cpu
-
-        return on_cpu()
-    return True
+def check_method(run) -> list[str]:
+    """The drafter method against the backend's entry and the method's (which builds run it, what they refuse)."""
+    backend, d = run.backend.name, run.drafter
+    methods = backends.methods(backend)
+    if methods is None:
+        return []
+    if d.method not in methods:
+        return [f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}"]
+    refused = drafters.engine_refusal(backend, d.method, lambda: backends.on_cpu(backend), build=backends.entry(backend).build)
+    return [refused] if refused else []
 
 
 def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     """The drafter against the target, from their configs. Returns problems and the target's config."""
+    from .. import models
+
     p: list[str] = []
     backend, d = run.backend.name, run.drafter
-    from ..backends.base import BACKENDS
-
-    if backend not in BACKENDS:
-        p.append(f"backend.name={backend!r} is not a known backend; known: {BACKENDS.names()}")
-    else:
-        p += BACKENDS.get(backend).preflight(run.backend, run.batch_size)  # engine settings, nothing built
-    methods = known_methods(backend)
-    if methods is not None and d.method not in methods:
-        p.append(f"drafter.method={d.method!r} is not supported by backend={backend}; supported: {sorted(methods)}")
-    elif methods is not None:
-        from ..drafters.refusals import engine_refusal
-
-        refused = engine_refusal(backend, d.method, lambda: _engine_on_cpu(backend))
-        if refused:
-            p.append(refused)
-    if backend == "synthetic":
+    if backend not in backends.ENTRIES:
+        return [f"backend.name={backend!r} is not a known backend; known: {backends.names()}"], None
+    entry = backends.entry(backend)
+    p += check_method(run)
+    p += backends.backend_class(backend).preflight(run.backend, run.batch_size, d)  # nothing built, no server contacted
+    if not entry.tokenizer:
         return p, None
     target = None
     try:
-        target = model_config(run.target.path)
+        target = models.model_config(run.target.path)
     except (OSError, ValueError, KeyError) as exc:
         p.append(f"target.path={run.target.path!r}: {exc}")
-    if backend == "openai":
+    if not entry.local_models:
         return p, target
-    draft = None
-    if d.method in ("draft_model", "pard", "eagle3") and backend in ("torch", "hf", "vllm", "vllm_serve"):
+    draft, method = None, drafters.method(d.method)
+    if method.needs_model and method.runs_on(entry.build):
         model = getattr(d, "model", None) or d.engine_args.get("model")
         if not model:
             p.append(f"drafter.model: drafter.method={d.method} needs a model (a folder, hub id or builtin:NAME)")
         elif isinstance(model, str):
             try:
-                draft = model_config(model)
+                draft = models.model_config(model)
             except (OSError, ValueError, KeyError) as exc:
                 p.append(f"drafter.model={model!r}: {exc}")
-    if target and draft and d.method in SAME_VOCAB.get(backend, ()):
+    if target and draft and entry.build in method.same_vocab:
         tv, dv = target.get("vocab_size"), draft.get("vocab_size")
         if tv is not None and dv is not None and tv != dv:
             p.append(f"drafter.model={model!r} has vocab_size {dv} but the target {run.target.path!r} has {tv}; "
                      f"method {d.method} on backend={backend} needs the target's tokenizer")
-    if target and d.method == "layer_skip":
+    if target and hasattr(d, "num_layers"):  # self-speculation: the target's first layers draft
         n = target.get("num_hidden_layers")
         if n is not None and not (isinstance(d.num_layers, int) and 1 <= d.num_layers <= n):
             p.append(f"drafter.num_layers={d.num_layers!r}: must be in [1, {n}] (the target has {n} layers)")
@@ -261,6 +234,11 @@ def _truncate(tokenizer, turns, limit: int, max_new_tokens: int):
     return tuple(turns) if prompt_tokens(tokenizer, turns, max_new_tokens) <= limit else None
 
 
+def _tokenizes(run) -> bool:
+    name = run.backend.name
+    return name in backends.ENTRIES and backends.entry(name).tokenizer
+
+
 def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
     from dataclasses import replace
 
@@ -268,7 +246,7 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
 
     ds, mode = run.dataset, run.dataset.on_too_long
     prepared = Prepared(requests, mode)
-    if mode not in ON_TOO_LONG or (run.backend.name not in MODEL_BACKENDS and ds.max_prompt_tokens is None):
+    if mode not in ON_TOO_LONG or (not _tokenizes(run) and ds.max_prompt_tokens is None):
         return [], prepared  # a backend without the target's tokenizer (synthetic) counts only an explicit limit
     context = (target_cfg or {}).get("max_position_embeddings")
     need = run.max_new_tokens + run.drafter.num_speculative_tokens + 1
@@ -302,7 +280,7 @@ def check_prompts(run, requests, target_cfg) -> tuple[list[str], Prepared]:
                 prepared.truncated[req.request_id] = n
                 kept.append(replace(req, turns=turns))
                 continue
-        where = _where(run_dataset_spec(run)) if where is None else where
+        where = _where(dataset_spec(run)) if where is None else where
         path, line = where.get(req.request_id, (ds.path, 0))
         problems.append(f"{path}:{line}: turns: request {req.request_id!r} is {n} tokens after the chat template, "
                         f"over the limit of {limit} ({origin}); set dataset.on_too_long=skip|truncate to run without it")
@@ -322,7 +300,7 @@ def check_control(run, requests, target_cfg) -> tuple[list[str], list, set[str]]
     from ..models import load_tokenizer
 
     mode = run.dataset.control_tokens
-    if mode not in ("refuse", "escape") or run.backend.name not in MODEL_BACKENDS or target_cfg is None:
+    if mode not in ("refuse", "escape") or not _tokenizes(run) or target_cfg is None:
         return [], requests, set()
     t = run.target
     try:
@@ -339,7 +317,7 @@ def check_control(run, requests, target_cfg) -> tuple[list[str], list, set[str]]
                for r in requests]
         return [], out, ids
     req, i, found = hits[0]
-    path, line = _where(run_dataset_spec(run)).get(req.request_id, (run.dataset.path, 0))
+    path, line = _where(dataset_spec(run)).get(req.request_id, (run.dataset.path, 0))
     more = len({r.request_id for r, _, _ in hits}) - 1
     return [f"{path}:{line}: turns[{i}]: prompt {req.request_id!r} contains {found!r}, a control string of the target's "
             f"tokenizer (it would become a control token){f' (and {more} more prompt(s))' if more else ''}; "
@@ -358,10 +336,6 @@ def dataset_spec(run):
     )
 
 
-def run_dataset_spec(run):
-    return dataset_spec(run)
-
-
 def prepare(run) -> Prepared:
     """Validate ``run`` end to end (no weights loaded) and return the requests it will measure."""
     from ..data import load_requests
@@ -373,7 +347,7 @@ def prepare(run) -> Prepared:
     if run.dataset.source == "random":
         return _prepare_random(run, problems, target_cfg)
     try:
-        spec = run_dataset_spec(run)
+        spec = dataset_spec(run)
         requests = load_requests(spec, None)
     except DatasetError as exc:
         raise ConfigError([*problems, str(exc)]) from None
@@ -396,7 +370,7 @@ def _prepare_random(run, problems: list[str], target_cfg) -> Prepared:
     from ..data import random_tokens
     from ..models import load_tokenizer
 
-    problems = problems + random_tokens.problems(run, target_cfg)
+    problems = problems + random_tokens.problems(run, target_cfg, _tokenizes(run))
     if problems:
         raise ConfigError(problems)
     t = run.target

@@ -129,7 +129,8 @@ def test_report_into_a_folder_that_takes_no_files_says_so_and_names_out(done, tm
 
 
 def _prompt_run(results: Path, prompts: Path, run_id: str):
-    from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
+    from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+    from speedbench.drafters.registry import make_drafter
 
     return RunConfig(target=ModelConfig(name="tiny", path="random:tiny-target"), drafter=make_drafter("ngram", 2),
                      dataset=DatasetConfig(name="prompts", path=str(prompts)), backend=BackendConfig(name="synthetic"),

@@ -2,7 +2,7 @@
 import pytest
 
 from speedbench import metrics
-from speedbench.config import make_drafter
+from speedbench.drafters.registry import make_drafter
 
 from tests.support.engine_support import D, generate, make_backend, other_tokenizer_drafter
 
@@ -31,10 +31,9 @@ def test_a_drafter_with_another_tokenizer_runs_as_universal_assisted_generation(
 
 
 def test_hf_refuses_what_it_cannot_run(hf, engine_models):
-    with pytest.raises(ValueError, match="prompt_lookup_min=1"):
-        hf.check(make_drafter("ngram", 2, prompt_lookup_min=2), 1)
-    with pytest.raises(ValueError, match="not supported by backend=hf"):
-        hf.check(make_drafter("layer_skip", 2), 1)
-    wide = make_backend("hf", engine_models["target"], batch_size=4)
-    with pytest.raises(ValueError, match="batch_size=1"):
-        wide.check(make_drafter("ngram", 2), 4)
+    from speedbench.backends.registry import methods
+
+    assert ["backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1"] == \
+        type(hf).preflight(hf.engine, 1, make_drafter("ngram", 2, prompt_lookup_min=2))
+    assert "layer_skip" not in methods("hf") and "draft_model" in methods("hf")
+    assert any("batch_size=1" in p for p in type(hf).preflight(hf.engine, 4, make_drafter("ngram", 2)))

@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from speedbench.config import BackendConfig, DatasetConfig, LoadConfig, ModelConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig, make_drafter
+from speedbench.config import BackendConfig, DatasetConfig, LoadConfig, ModelConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.pipeline import runner
 from speedbench.results import ResultsStore
 

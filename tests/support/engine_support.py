@@ -18,8 +18,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from speedbench.backends.base import BACKENDS, GenerateSpec
-from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
+from speedbench.backends.base import GenerateSpec
+from speedbench.backends.registry import BACKENDS
+from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.data import DatasetSpec, load_requests
 from speedbench.pipeline import conversations
 

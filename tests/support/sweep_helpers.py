@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from speedbench.pipeline import runner
-from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 
 REPO = Path(__file__).resolve().parents[2]
 

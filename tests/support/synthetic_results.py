@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 from speedbench.pipeline import runner
-from speedbench.config import BackendConfig, DatasetConfig, make_drafter, ModelConfig, RunConfig, SamplingConfig
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 
 CATEGORIES = {
     "coding": "def add(a, b):\n    return a + b  # now write the tests",

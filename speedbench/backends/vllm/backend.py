@@ -8,7 +8,7 @@ as a cross-check of the per-request acceptance (``outputs``).
 Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_token_ts``
 (the engine's monotonic clock); the draft/verify/accept split as ``split`` describes.
 
-``backend.options`` (``backends.options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
+``backend.options`` (``config.engine_options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
 ``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
 ``timers`` (auto | measured | separate | false), ``batching`` (static | continuous),
 ``lockstep`` (prototype, off by default: ``stepped``), and ``engine_args``, passed to
@@ -27,7 +27,7 @@ from . import stepped
 from .engines import EnginePool
 from .session import VllmSession
 from .settings import resolve
-from .spec import check_method, check_synthetic, supported_methods, vllm_version
+from .spec import on_cpu, synthetic_problems, vllm_version
 from .split import BaselineSplits
 
 
@@ -52,13 +52,12 @@ class VllmBackend(Backend):
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
-        self._supported = supported_methods()
         self.engines = EnginePool(self.settings, t, self.model_dir, self.seed)
         self.baselines = BaselineSplits()
 
     @classmethod
-    def preflight(cls, engine, batch_size: int) -> list[str]:
-        return engine.options.problems()
+    def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
+        return engine.options.problems() + (synthetic_problems(drafter, on_cpu) if drafter is not None else [])
 
     @property
     def lockstep(self) -> bool:  # type: ignore[override]
@@ -74,10 +73,6 @@ class VllmBackend(Backend):
         """``max_num_seqs`` of the engine for a pass of ``batch_size`` in flight: continuous batching caps the
         engine at exactly C; static batches need at least B slots."""
         return int(batch_size) if self.submits_all else max(self.settings.max_num_seqs, int(batch_size))
-
-    def check(self, drafter, batch_size: int) -> None:
-        check_method(drafter, self._supported, self.settings.on_cpu)
-        check_synthetic(drafter, self.settings.on_cpu)
 
     def close(self) -> None:
         self.engines.close()

@@ -1,6 +1,6 @@
 """The offline vLLM backend's settings, resolved once when the backend is built and never changed.
 
-``backend.options`` (``backends.options.VllmOptions``, whose ``problems()`` checks every value)
+``backend.options`` (``config.engine_options.VllmOptions``, whose ``problems()`` checks every value)
 plus what this machine's vLLM decides (CPU or CUDA) give one frozen :class:`VllmSettings`.
 """
 from __future__ import annotations

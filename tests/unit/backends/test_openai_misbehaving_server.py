@@ -6,7 +6,8 @@ import pytest
 
 from speedbench.backends.base import GenerateSpec
 from speedbench.backends.openai_backend import OpenAIBackend
-from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.pipeline.conversations import generate as run_pass
 from speedbench.records import Request
 

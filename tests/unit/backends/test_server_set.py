@@ -12,7 +12,8 @@ import pytest
 
 from speedbench.backends.server_set import ServerSet
 from speedbench.backends.vllm_serve import VllmServeBackend, engine_flags
-from speedbench.config import BackendConfig, ModelConfig, make_drafter
+from speedbench.config import BackendConfig, ModelConfig
+from speedbench.drafters.registry import make_drafter
 
 HTTP = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]  # serves GET / with 200
 PORT = ("{port}",)

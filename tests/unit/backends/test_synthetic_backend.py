@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import speedbench
-from speedbench.backends.base import BACKENDS, GenerateSpec
+from speedbench.backends.base import GenerateSpec
+from speedbench.backends.registry import BACKENDS
 from speedbench.pipeline.conversations import generate
 from speedbench.config import BackendConfig, DatasetConfig, DrafterConfig, ModelConfig, RunConfig, SamplingConfig
 from speedbench.records import Request, RequestRecord, StepRecord

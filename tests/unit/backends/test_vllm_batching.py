@@ -4,10 +4,10 @@ import dataclasses
 
 import pytest
 
-from speedbench.backends.options import VllmOptions
 from speedbench.backends.vllm.backend import VllmBackend
 from speedbench.backends.vllm_serve import VllmServeBackend
 from speedbench.config import BackendConfig, ModelConfig
+from speedbench.config.engine_options import VllmOptions
 from speedbench.pipeline import protocol
 from speedbench.records import Request
 

@@ -51,7 +51,7 @@ def test_ragged_finish_fits_the_cache_and_stays_lossless(tiny_target, weights, c
 @pytest.mark.slow
 def test_the_readme_sweep_cell_d4_b4_runs(tmp_path):
     """`speedbench run sweep=d_by_b -m` failed its D=4, B=4 cell (16 new tokens): the cache was one short."""
-    from speedbench.config import make_drafter
+    from speedbench.drafters.registry import make_drafter
     from speedbench.pipeline import runner
     from tests.support.sweep_helpers import make_run
 

@@ -79,7 +79,8 @@ def test_step_mode_needs_an_engine_that_can_take_turns():
 def test_the_reference_engine_in_lockstep_gives_the_same_tokens_and_counts(batch, tmp_path):
     from speedbench.backends.base import GenerateSpec
     from speedbench.backends.torch_backend import TorchBackend
-    from speedbench.config import BackendConfig, ModelConfig, SamplingConfig, make_drafter
+    from speedbench.config import BackendConfig, ModelConfig, SamplingConfig
+    from speedbench.drafters.registry import make_drafter
     from speedbench.records import Request
 
     backend = TorchBackend(ModelConfig(name="tiny", path="builtin:tiny-target"), BackendConfig())

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from speedbench.drafters import build_drafter
-from speedbench.drafters.refusals import ENGINE_REFUSALS, engine_refusal
+from speedbench.drafters.registry import METHODS, engine_refusal
 from speedbench.engine.decode import generate
 from speedbench.engine.drafting import History
 from speedbench.engine.sampling import SamplingParams
@@ -171,7 +171,11 @@ def test_shipped_pard_sampling_preserves_the_target_distribution_at_depth_two(te
 
 # ---- engine refusals (data, one line, before anything loads) ------------------------------------------------------
 def test_refusal_table_rows_name_method_and_reason():
-    assert {(r.backend, r.method) for r in ENGINE_REFUSALS} >= {("vllm", "dspark"), ("vllm", "mlp_speculator")}
+    assert {n for n, m in METHODS.items() if "vllm" in m.refusals} >= {"dspark", "mlp_speculator"}
+    assert METHODS["dspark"].refusals["vllm"].cpu_only and not METHODS["mlp_speculator"].refusals["vllm"].cpu_only
+    # vllm_serve starts the vllm build: its refusals apply, naming the backend asked for
+    assert engine_refusal("vllm_serve", "dspark", on_cpu=True, build="vllm").startswith(
+        "drafter.method='dspark' cannot run on backend=vllm_serve: ")
     line = engine_refusal("vllm", "dspark", on_cpu=True)
     assert line.startswith("drafter.method='dspark' cannot run on backend=vllm: ") and "V1" in line
     assert engine_refusal("vllm", "dspark", on_cpu=False) is None  # a CUDA build's V2 runner may run it
@@ -197,17 +201,16 @@ def test_vllm_refuses_what_this_build_cannot_run_in_one_line_before_any_engine_s
 
 
 def test_vllm_speculative_config_for_pard_is_a_parallel_draft_model():
-    from speedbench.backends.vllm.spec import check_method, speculative_config
-    from speedbench.config import make_drafter
+    from speedbench.backends.vllm.spec import speculative_config, speedbench_methods
+    from speedbench.drafters.registry import make_drafter
 
     d = make_drafter("pard", 4, model="builtin:tiny-pard")
     cfg = speculative_config(d)
     assert cfg["method"] == "draft_model" and cfg["parallel_drafting"] is True
     assert cfg["num_speculative_tokens"] == 4 and cfg["model"].endswith("tiny-pard")
     assert "disable_padded_drafter_batch" not in cfg
-    check_method(d, {"draft_model", "ngram"}, on_cpu=True)  # served by vLLM's draft_model
-    with pytest.raises(ValueError, match="'pard' is not supported"):
-        check_method(d, {"ngram"}, on_cpu=True)
+    assert "pard" in speedbench_methods({"draft_model", "ngram"})  # served by vLLM's draft_model
+    assert "pard" not in speedbench_methods({"ngram"})
 
 
 def test_shipped_pard_runs_a_schedule_losslessly_with_the_scheduled_k(clock):

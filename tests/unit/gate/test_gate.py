@@ -162,12 +162,13 @@ def test_committed_ci_baseline_matches_the_ci_benchmark():
     from hydra.core.global_hydra import GlobalHydra
 
     from speedbench.pipeline.cells import CellKey
-    from speedbench.config import register_configs, to_run_config
+    from speedbench.backends.registry import schemas
+    from speedbench.config.hydra import register_configs, to_run_config
 
     GlobalHydra.instance().clear()
-    register_configs()
+    register_configs(schemas())
     with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
-        run = to_run_config(compose(config_name="config", overrides=["+experiment=ci_gate"]))
+        run = to_run_config(compose(config_name="config", overrides=["+experiment=ci_gate"]), schemas())
     expected = {CellKey.for_run(run, cat, "").cell_id for cat in run.dataset.categories}
     baseline = ResultsStore(cli.CONF_DIR.parent / "results" / "baselines" / "ci-default").cells()
     measured = baseline[~baseline["derived"].fillna(False).astype(bool)] if "derived" in baseline else baseline

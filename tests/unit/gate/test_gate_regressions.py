@@ -10,7 +10,8 @@ import torch
 from speedbench import models
 
 from speedbench.pipeline import runner
-from speedbench.config import FaultConfig, make_drafter
+from speedbench.config import FaultConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.gate import load_config, run_gate
 from tests.support.sweep_helpers import make_run
 

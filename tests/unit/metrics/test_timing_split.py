@@ -21,7 +21,7 @@ import torch
 from speedbench import metrics
 from speedbench.backends.vllm import timers as vllm_timers
 from speedbench.backends.base import StepCounts
-from speedbench.config import make_drafter
+from speedbench.drafters.registry import make_drafter
 from speedbench.engine.synthetic_acceptance import SyntheticAcceptance, alpha_for_al
 from speedbench.results import ResultsStore
 
@@ -51,12 +51,11 @@ def test_bad_synthetic_profiles_are_refused(kwargs):
 
 
 def test_vllm_refuses_synthetic_acceptance_on_cpu_only():
-    from speedbench.backends.vllm.spec import check_synthetic, speculative_config
+    from speedbench.backends.vllm.spec import speculative_config, synthetic_problems
 
     d = make_drafter("draft_model", 4, model="/m", synthetic_al=2.5)
-    with pytest.raises(ValueError, match="CPU sampling"):
-        check_synthetic(d, on_cpu=True)
-    check_synthetic(d, on_cpu=False)
+    assert len(synthetic_problems(d, on_cpu=True)) == 1 and "CPU sampling" in synthetic_problems(d, on_cpu=True)[0]
+    assert synthetic_problems(d, on_cpu=False) == []
     cfg = speculative_config(d)
     assert cfg["rejection_sample_method"] == "synthetic" and cfg["synthetic_acceptance_length"] == 2.5
     # speedbench's rates are conditional, vLLM's unconditional

@@ -7,9 +7,11 @@ loopback OpenAI-compatible server, whose request log shows exactly what was sent
 import pytest
 
 from speedbench import models
-from speedbench.backends.base import BACKENDS, GenerateSpec
+from speedbench.backends.base import GenerateSpec
+from speedbench.backends.registry import BACKENDS
 from speedbench.backends.openai_backend import OpenAIBackend
-from speedbench.config import BackendConfig, ModelConfig, SamplingConfig, make_drafter
+from speedbench.config import BackendConfig, ModelConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.data.chat import render_conversation
 from speedbench.pipeline.conversations import generate
 from speedbench.records import Request

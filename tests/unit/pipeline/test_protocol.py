@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from speedbench import metrics
-from speedbench.backends.base import BACKENDS, GenerateSpec
-from speedbench.config import BackendConfig, ModelConfig, ProtocolConfig, SamplingConfig, make_drafter
+from speedbench.backends.base import GenerateSpec
+from speedbench.backends.registry import BACKENDS
+from speedbench.config import BackendConfig, ModelConfig, ProtocolConfig, SamplingConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.pipeline import protocol
 from speedbench.pipeline.noise import NoiseMeter
 from speedbench.records import Request

@@ -151,7 +151,8 @@ def test_slurm_launcher_config_makes_a_valid_sbatch_array(tmp_path, monkeypatch)
     from hydra.utils import instantiate
     from submitit.slurm import slurm
 
-    from speedbench.config import register_configs
+    from speedbench.backends.registry import schemas
+    from speedbench.config.hydra import register_configs
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -159,7 +160,7 @@ def test_slurm_launcher_config_makes_a_valid_sbatch_array(tmp_path, monkeypatch)
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     GlobalHydra.instance().clear()
-    register_configs()
+    register_configs(schemas())
     overrides = ["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "run_id=sl", "n_gpus=4", f"results_dir={tmp_path}"]
     with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)

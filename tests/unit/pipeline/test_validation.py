@@ -228,3 +228,30 @@ def test_control_strings_in_prompt_text_are_refused_escaped_or_kept(tmp_path):
 
     assert dataset_identity(mode("keep").dataset) == dataset_identity(run.dataset)  # old folders keep their cell ids
     assert dataset_identity(mode("escape").dataset) != dataset_identity(run.dataset)  # escaped prompts differ
+
+
+def test_the_one_pass_reads_the_registries_and_each_backend_preflight_once(tmp_path, monkeypatch):
+    """Method support, build refusals and draft-model rules come from the registry entries; the
+    backend adds only its own rules, once, with the drafter, and nothing is checked per pass."""
+    from speedbench.backends import registry as backends
+    from speedbench.backends.base import Backend
+    from speedbench.config import BackendConfig
+    from speedbench.config.engine_options import OpenAIOptions, VllmOptions
+    from speedbench.drafters.registry import make_drafter
+
+    assert not hasattr(Backend, "check")
+    run = make_run(tmp_path, "r", drafter=make_drafter("eagle", 2),
+                   backend=BackendConfig(name="vllm", options=VllmOptions()))
+    assert "drafter.model: drafter.method=eagle needs a model" in " ".join(validation.check_models(run)[0])
+    monkeypatch.setattr(backends, "on_cpu", lambda name: True)  # the CPU build's refusals, whatever this machine is
+    run.drafter = make_drafter("dspark", 2, model="builtin:tiny-draft-small")
+    problems, _ = validation.check_models(run)
+    if backends.methods("vllm") is not None:  # vLLM installed: the refusal is the registry's, one line
+        assert problems == ["drafter.method='dspark' cannot run on backend=vllm: vLLM's CPU build runs only the V1 "
+                            "model runner, which does not support dspark ('Model Runner V1 does not support: dspark "
+                            "speculative decoding')"]
+    run.backend = BackendConfig(name="openai", options=OpenAIOptions(base_url="http://127.0.0.1:9/v1",
+                                                                     baseline_url="http://127.0.0.1:9/v1"))
+    run.drafter = make_drafter("ngram", 2)
+    assert validation.check_models(run)[0] == [
+        "backend.options.baseline_url equals base_url: the baseline must be a server without speculation"]

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from speedbench.backends.vllm.spec import speculative_config
-from speedbench.config import BackendConfig, make_drafter
+from speedbench.config import BackendConfig
+from speedbench.drafters.registry import make_drafter
 from speedbench.drafters import build_drafter
-from speedbench.drafters.registry import DRAFTERS, SCHEDULE_METHODS
+from speedbench.drafters.registry import DRAFTERS, schedule_methods
 from speedbench.drafters.schedule import k_for, parse
 from speedbench.engine.decode import generate
 from speedbench.engine.sampling import SamplingParams
@@ -109,7 +110,7 @@ def test_vllm_refuses_a_schedule_for_methods_with_a_fixed_k(tmp_path, method, fi
 
 
 def test_every_reference_engine_drafter_accepts_a_schedule(tmp_path):
-    assert set(DRAFTERS.names()) <= SCHEDULE_METHODS["torch"]
+    assert set(DRAFTERS.names()) <= schedule_methods("torch")
     for method in ("ngram", "draft_model", "eagle"):
         assert check_schedule(_run(tmp_path, "vllm" if method == "eagle" else "torch", method,
                                    schedule=[[1, 4, 2]], **({} if method == "ngram" else {"model": "m"}))) == []
@@ -120,7 +121,7 @@ def test_every_reference_engine_drafter_accepts_a_schedule(tmp_path):
     ("[[2,4,1]]", "must start at 1", ["drafter=ngram"]),
     ("[[1,4,2],[3,8,1]]", "overlaps", ["drafter=ngram"]),
     ("[[1,4,2]]", "drafter.method='medusa' cannot vary K on backend=vllm",  # suffix is refused outright here
-     ["backend=vllm", "drafter=none", "drafter.method=medusa", "drafter.num_speculative_tokens=2"]),
+     ["backend=vllm", "drafter=tiny_draft", "drafter.method=medusa", "drafter.num_speculative_tokens=2"]),  # its weights
 ])
 def test_run_refuses_a_bad_schedule_in_one_line_before_loading(tmp_path, schedule, words, extra):
     cmd = [sys.executable, "-m", "speedbench.cli", "run", f"results_dir={tmp_path / 'r'}", "run_id=v",

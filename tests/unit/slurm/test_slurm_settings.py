@@ -8,7 +8,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from speedbench import cli, slurm
-from speedbench.config import BackendConfig, register_configs
+from speedbench.backends.registry import schemas
+from speedbench.config import BackendConfig
+from speedbench.config.hydra import register_configs
 from speedbench.pipeline import runner, validation
 
 from tests.support.sweep_helpers import make_run
@@ -16,7 +18,7 @@ from tests.support.sweep_helpers import make_run
 
 def _launcher(*overrides):
     GlobalHydra.instance().clear()
-    register_configs()
+    register_configs(schemas())
     with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["hydra/launcher=slurm", "run_id=s", *overrides], return_hydra_config=True)
     return cfg.hydra.launcher

@@ -1,5 +1,6 @@
 """Each engine's own settings (``backend.options``), typed: a misspelt key fails when the config
-is composed, naming it. Light on purpose (no engine imports): the ConfigStore reads it.
+is composed, naming it. Light on purpose (no engine imports); ``backends.registry`` names the
+backend each belongs to.
 """
 from __future__ import annotations
 
@@ -113,19 +114,3 @@ class SyntheticOptions:
     chars_per_token: float = 4
     noise: float = 0.0
     seed: int = 0
-
-
-OPTION_SCHEMAS: dict[str, type] = {
-    "torch": TorchOptions,
-    "vllm": VllmOptions,
-    "openai": OpenAIOptions,
-    "vllm_serve": VllmServeOptions,
-    "hf": HFOptions,
-    "synthetic": SyntheticOptions,
-}
-
-
-def option_schema(backend: str) -> type:
-    if backend not in OPTION_SCHEMAS:
-        raise ValueError(f"backend.name={backend!r} is not a known backend; known: {sorted(OPTION_SCHEMAS)}")
-    return OPTION_SCHEMAS[backend]

@@ -1,15 +1,15 @@
-"""Typed experiment configuration: dataclass schemas registered in Hydra's ConfigStore.
+"""Typed experiment configuration: the dataclass schemas of a run.
 
-Hydra stays at the edge: ``cli`` composes ``conf/`` against these schemas (a typo or a
-wrong type fails at compose time naming the key) and turns the result into a ``RunConfig``
-with :func:`to_run_config`. Everything below works on plain dataclasses.
+``config.hydra`` registers them in Hydra's ConfigStore (a typo or a wrong type fails at compose
+time naming the key) and turns the composed config into a ``RunConfig``; everything below the
+edge works on these plain dataclasses. Their values are checked by ``pipeline.validation``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
 
 class ConfigError(ValueError):
@@ -35,7 +35,8 @@ class ModelConfig:
 
 @dataclass
 class DrafterConfig:
-    """The draft mechanism; ``method`` names it for every engine. Each method has its own schema below.
+    """The draft mechanism; ``method`` names it for every engine. Each method has its own schema below
+    (``drafters.registry`` says which).
 
     ``engine_args``: keys passed as they are into the engine's speculative configuration (vLLM's
     ``speculative_config``), e.g. ``draft_tensor_parallel_size``; part of the cell's identity.
@@ -74,27 +75,6 @@ class LayerSkipDrafterConfig(DrafterConfig):
     """Self-speculation: the target's first ``num_layers`` layers (with its norm and head) draft."""
 
     num_layers: int = 1
-
-
-# method -> schema; a method not listed drafts with weights of its own (ModelDrafterConfig)
-DRAFTER_SCHEMAS: dict[str, type[DrafterConfig]] = {
-    "none": DrafterConfig,
-    "ngram": NgramDrafterConfig,
-    "ngram_gpu": NgramDrafterConfig,
-    "suffix": DrafterConfig,
-    "layer_skip": LayerSkipDrafterConfig,
-}
-SCHEMA_NAMES = {DrafterConfig: "plain", NgramDrafterConfig: "ngram", ModelDrafterConfig: "model",
-                LayerSkipDrafterConfig: "layer_skip"}
-
-
-def drafter_schema(method: str) -> type[DrafterConfig]:
-    return DRAFTER_SCHEMAS.get(method, ModelDrafterConfig)
-
-
-def make_drafter(method: str = "none", num_speculative_tokens: int = 0, name: str | None = None, **fields) -> DrafterConfig:
-    """A drafter config of the method's own schema (unknown fields raise ``TypeError``)."""
-    return drafter_schema(method)(name=name or method, method=method, num_speculative_tokens=num_speculative_tokens, **fields)
 
 
 @dataclass
@@ -137,7 +117,7 @@ class SamplingConfig:
 
 @dataclass
 class BackendConfig:
-    """The engine. ``options`` holds its own settings, typed per engine in ``backends.options``."""
+    """The engine. ``options`` holds its own settings, typed per engine in ``config.engine_options``."""
 
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -234,7 +214,7 @@ class SloConfig:
 @dataclass
 class RunConfig:
     target: ModelConfig = MISSING
-    drafter: DrafterConfig = MISSING  # one of the per-method schemas (``DRAFTER_SCHEMAS``)
+    drafter: DrafterConfig = MISSING  # one of the per-method schemas (``drafters.registry``)
     dataset: DatasetConfig = MISSING
     backend: BackendConfig = MISSING
     sampling: SamplingConfig = MISSING
@@ -256,110 +236,3 @@ class RunConfig:
     n_gpus: int = 1  # GPUs one cell's engine uses (tokens/s per GPU, a Slurm job's GPUs); 0 on a CPU
     seed: int = 0
     progress: str = "auto"  # progress bars: auto (only on a terminal) | true | false
-
-
-def register_configs() -> None:
-    """Schemas in Hydra's ConfigStore: ``conf/<group>/*.yaml`` name theirs in their defaults list."""
-    from hydra.core.config_store import ConfigStore
-
-    from . import slurm
-    from .backends.options import OPTION_SCHEMAS
-
-    slurm.register_resolver()  # ${sb_slurm_gpus:...} in conf/hydra/launcher/slurm.yaml
-    cs = ConfigStore.instance()
-    cs.store(name="run_schema", node=RunConfig)
-    for group, node in [
-        ("target", ModelConfig),
-        ("dataset", DatasetConfig),
-        ("sampling", SamplingConfig),
-        ("logger", LoggerConfig),
-        ("sweep", SweepConfig),
-    ]:
-        cs.store(group=group, name=f"{group}_schema", node=node)
-    for schema, name in SCHEMA_NAMES.items():  # conf/drafter/X.yaml: defaults: [schema_<kind>, _self_]
-        cs.store(group="drafter", name=f"schema_{name}", node=schema)
-    for backend, options in OPTION_SCHEMAS.items():  # conf/backend/X.yaml: defaults: [schema_<name>, _self_]
-        cs.store(group="backend", name=f"schema_{backend}", node=BackendConfig(name=backend, options=options()))
-
-
-def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The composed Hydra config as a typed ``RunConfig`` (drops the ``hydra`` node).
-
-    The drafter is merged into its method's schema and ``backend.options`` into its engine's,
-    so a key that a method or an engine does not have fails here, naming it.
-    """
-    from .backends.options import option_schema
-
-    from omegaconf.errors import OmegaConfBaseException
-
-    data = OmegaConf.to_container(cfg, resolve=True)
-    data.pop("hydra", None)
-    drafter = dict(data.pop("drafter", None) or {})
-    backend = dict(data.pop("backend", None) or {})
-    try:
-        run = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig(drafter=DrafterConfig(), backend=BackendConfig())), data))
-    except OmegaConfBaseException as exc:  # e.g. +sampling.temprature=0.5: one line naming the key
-        raise ValueError(omegaconf_line(exc)) from None
-    run.drafter = typed(drafter_schema(str(drafter.get("method", "none"))), drafter, "drafter")
-    options = backend.pop("options", None) or {}
-    run.backend = typed(BackendConfig, backend, "backend")
-    run.backend.options = typed(option_schema(run.backend.name), options, "backend.options")
-    validate(run)
-    return run
-
-
-def omegaconf_line(exc: Exception, where: str = "") -> str:
-    """An OmegaConf error as one line naming the key (its message has a multi-line trailer)."""
-    key = getattr(exc, "full_key", None) or getattr(exc, "key", None)
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    name = f"{where}.{key}" if where and key else (key or where)
-    return f"{name}: {first}" if name else first
-
-
-def typed(schema: type, values: dict, where: str):
-    """``values`` as an instance of the dataclass ``schema``; an unknown key or a wrong type raises naming it."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
-    except OmegaConfBaseException as exc:
-        raise ValueError(omegaconf_line(exc, where)) from None
-
-
-def validate(run: RunConfig) -> None:
-    """Cross-field checks Hydra's type system cannot express; messages name the option."""
-    if run.batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {run.batch_size}")
-    if run.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {run.max_new_tokens}")
-    d = run.drafter
-    if d.method == "none" and d.num_speculative_tokens != 0:
-        raise ValueError("drafter.num_speculative_tokens must be 0 for drafter.method=none")
-    if d.method != "none" and d.num_speculative_tokens < 1:
-        raise ValueError(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
-    if run.faults.delay_ms < 0:
-        raise ValueError(f"faults.delay_ms must be >= 0, got {run.faults.delay_ms}")
-    pr = run.protocol
-    if not 1 <= pr.min_repeats <= pr.max_repeats:
-        raise ValueError(f"protocol.min_repeats ({pr.min_repeats}) must be >= 1 and <= protocol.max_repeats ({pr.max_repeats})")
-    if not 0 < pr.confidence < 1:
-        raise ValueError(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
-    if pr.interleave not in INTERLEAVE:
-        raise ValueError(f"protocol.interleave must be one of {', '.join(INTERLEAVE)}, got {pr.interleave!r}")
-    if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
-        raise ValueError("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
-    if str(run.progress).lower() not in {"auto", "true", "false", "1", "0", "yes", "no", "on", "off"}:
-        raise ValueError(f"progress must be auto, true or false, got {run.progress!r}")
-    ac = run.acceptance
-    if ac.window < 1 or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:
-        raise ValueError("acceptance.window, acceptance.loop_max_period and acceptance.loop_min_tokens must be >= 1 "
-                         "and acceptance.loop_min_repeats >= 2")
-    if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:
-        raise ValueError("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
-    if run.warmup_batches < 0:
-        raise ValueError(f"warmup_batches must be >= 0, got {run.warmup_batches}")
-    from .pipeline.load import load_problems
-
-    problems = load_problems(run)
-    if problems:
-        raise ValueError(problems[0])

@@ -1,0 +1,11 @@
+"""The run's configuration: ``schemas`` (the dataclasses), ``engine_options`` (each engine's
+``backend.options``), ``hydra`` (the edge: ConfigStore registration and loading). Imports no
+layer above it; the registries that map names to schemas live in ``backends`` and ``drafters``.
+"""
+from .schemas import (AcceptanceConfig, BackendConfig, ConfigError, DatasetConfig, DrafterConfig, FaultConfig,
+                      INTERLEAVE, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig, ModelDrafterConfig,
+                      NgramDrafterConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig, SweepConfig)
+
+__all__ = ["AcceptanceConfig", "BackendConfig", "ConfigError", "DatasetConfig", "DrafterConfig", "FaultConfig",
+           "INTERLEAVE", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig", "ModelDrafterConfig",
+           "NgramDrafterConfig", "ProtocolConfig", "RunConfig", "SamplingConfig", "SloConfig", "SweepConfig"]
