@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from speedbench import metrics_latency as ml
+from speedbench.metrics import latency as ml
 from speedbench.backends.base import GenerateOutput
 from speedbench.config import LoadConfig, SloConfig
 from speedbench.pipeline import load
