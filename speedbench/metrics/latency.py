@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..load_columns import LoadPointColumns
 from ..records import STATUS_OK, RequestRecord
 from .speedup import paired_speedup
 
@@ -167,8 +168,9 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
     return out
 
 
-def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> dict:
-    """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat)."""
+def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> LoadPointColumns:
+    """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
+    point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``)."""
     objectives = slo_set(slo)
     out = role_columns(base.requests, "baseline", objectives, base.wall_s)
     out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
@@ -177,4 +179,4 @@ def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resampl
     out |= {"speedup_throughput": t[0], "speedup_throughput_ci_low": t[1], "speedup_throughput_ci_high": t[2]}
     g = _ratio_speedup(rb, rs, "good", confidence, n_resamples) if objectives else (NAN, NAN, NAN)
     out |= {"speedup_goodput": g[0], "speedup_goodput_ci_low": g[1], "speedup_goodput_ci_high": g[2]}
-    return out
+    return LoadPointColumns(**out)

@@ -143,9 +143,8 @@ def assemble_cell(
         speedup,
         metrics.prediction_columns(base, spec, cfg.confidence),
         metrics.agreement_columns(base.requests, ok_s, key.temperature <= 0),
+        latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence, cfg.n_resamples),
     )
-    values |= latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence,
-                                         cfg.n_resamples)
     syn = spec.extra.get("synthetic_al")
     values["synthetic_al"] = float(syn) if syn is not None else NAN
     if notes.n_repeats is not None:
