@@ -107,7 +107,7 @@ class RequestRecord:
     turn_chunks: tuple[int, ...] = ()
     turn_tokens: tuple[int, ...] = ()
     turn_finish: tuple[str, ...] = ()
-    # load points (metrics_latency): when the request was sent, seconds from the pass's first send
+    # load points (metrics.latency): when the request was sent, seconds from the pass's first send
     # (NaN: not known), and the gaps between its streamed chunks with tokens, per turn in order
     # (a turn of c chunks gives c - 1 gaps; chunk j + 1 of the turn ends gap j)
     t_start: float = float("nan")
@@ -115,12 +115,11 @@ class RequestRecord:
 
 
 @dataclass(frozen=True)
-class CellResult(LoadPointColumns):
-    """One row of the per-cell table: everything the report, the gate and W&B read.
+class CellIdentity:
+    """What a cell is: its ids and the settings it is labelled by (``pipeline.cells.CellKey`` builds
+    one; ``CellResult`` starts with it). Add an identity field here and every reader has it.
 
-    Convention: ``al`` (acceptance length) counts the target's bonus/correction token,
-    so 1 <= al <= 1 + num_speculative_tokens. ``speedup`` = tpot_ms_baseline / tpot_ms_spec
-    from matched runs in one process. Missing measurements are NaN, never 0.
+    ``setting_id``, ``prompts_digest`` and ``schedule`` are "" in folders written before they existed.
     """
 
     cell_id: str
@@ -137,6 +136,22 @@ class CellResult(LoadPointColumns):
     dataset: str
     category: str
     context_bucket: str
+    # what the cell measured (pipeline.cells): its settings alone, and the text of its prompts; "" in
+    # folders written before they existed (there ``cell_id`` is the settings' hash alone)
+    setting_id: str = field(default="", kw_only=True)
+    prompts_digest: str = field(default="", kw_only=True)  # the measured prompts' text ("" when not given)
+    schedule: str = field(default="", kw_only=True)  # drafter.schedule as JSON ([[start, end, K], ...]); "" = static D
+
+
+@dataclass(frozen=True)
+class CellResult(CellIdentity, LoadPointColumns):
+    """One row of the per-cell table: everything the report, the gate and W&B read.
+
+    Convention: ``al`` (acceptance length) counts the target's bonus/correction token,
+    so 1 <= al <= 1 + num_speculative_tokens. ``speedup`` = tpot_ms_baseline / tpot_ms_spec
+    from matched runs in one process. Missing measurements are NaN, never 0.
+    """
+
     n_requests: int
     # acceptance
     al: float
@@ -198,7 +213,7 @@ class CellResult(LoadPointColumns):
     max_new_tokens: int = -1
     ignore_eos: Any = None
     batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
-    # acceptance on every peer's convention (metrics.py, docs/acceptance.md)
+    # acceptance on every peer's convention (metrics.acceptance, docs/acceptance.md)
     al_request_mean: float = float("nan")  # mean over requests of each request's AL
     al_emitted: float = float("nan")  # pooled, only tokens the output kept
     al_speed_bench: float = float("nan")  # the SPEED-Bench tool's AL (mean over requests of chunk means)
@@ -216,14 +231,9 @@ class CellResult(LoadPointColumns):
     timing_source: str = ""  # how t_draft/t_verify/t_accept were obtained, or "missing: <reason>"
     split_error: float = float("nan")  # (sum of the timed iterations) / (the engine's own decode span) - 1
     synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
-    # what the cell measured (pipeline.cells): its settings alone, and the text of its prompts; "" in
-    # folders written before they existed (there ``cell_id`` is the settings' hash alone)
-    setting_id: str = ""
-    prompts_digest: str = ""
-    schedule: str = ""  # drafter.schedule as JSON ([[start, end, K], ...]) when the cell ran one; "" = static D
 
 
-RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # set by the runner, not by summarize
+RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # from the run's settings, not the passes
 
 
 def to_row(record: Any) -> dict[str, Any]:
@@ -237,6 +247,9 @@ def to_row(record: Any) -> dict[str, Any]:
 
 def field_names(cls: type) -> list[str]:
     return [f.name for f in fields(cls)]
+
+
+IDENTITY_FIELDS = tuple(field_names(CellIdentity))  # the identity columns of a cell row, in order
 
 
 def from_row(cls: type, row: dict[str, Any]):

@@ -2,7 +2,7 @@
 
 Counters are engine-wide: a delta covers every request the engine served in between (a
 batch, or all traffic on a shared server), never one request. AL from them follows the
-project's convention (metrics.py): AL = 1 + accepted / drafts, where a draft is a step with
+project's convention (metrics.acceptance): AL = 1 + accepted / drafts, where a draft is a step with
 at least one proposed token.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The gate's statistics: cell-level AL and speedup from per-request records, and a paired
 bootstrap of the ratio current / baseline over requests.
 
-Cell-level metrics are the cell table's own definitions (``metrics.py``), computed on a set
+Cell-level metrics are the cell table's own definitions (``metrics/``), computed on a set
 of requests, so the point estimate on all requests equals the cell table's value:
 
 * AL      = 1 + sum(accepted) / sum(drafts) over the speculative run's requests

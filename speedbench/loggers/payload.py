@@ -16,12 +16,9 @@ import pandas as pd
 
 from ..results.provenance import redact
 from .. import metrics
-from ..records import STATUS_OK
+from ..records import IDENTITY_FIELDS, STATUS_OK
 
-KEY_COLUMNS = (
-    "cell_id", "run_id", "target", "drafter", "method", "num_speculative_tokens", "batch_size",
-    "temperature", "top_p", "top_k", "backend", "dataset", "category", "context_bucket",
-)
+KEY_COLUMNS = IDENTITY_FIELDS  # the cell's identity: W&B config, never a summary metric
 POSITION_COLUMNS = ("accepted_per_pos", "accepted_per_pos_cond")
 CATEGORY_COLUMNS = ["category", "context_bucket", "n_requests", "al", "tpot_ms_baseline", "tpot_ms_spec", "speedup"]
 

@@ -12,38 +12,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
-from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
-from .. import metrics, metrics_latency
+from .. import metrics, slurm
 from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
-from ..records import RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellResult, Request
-from .load import identity as load_identity
+from ..metrics import latency
+from ..redact import redact
+from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
+from .load import columns as load_point, identity as load_identity
 
+log = logging.getLogger(__name__)
 NAN = math.nan
 
 
 @dataclass(frozen=True)
-class CellKey:
-    cell_id: str
-    run_id: str
-    target: str
-    drafter: str
-    method: str
-    num_speculative_tokens: int
-    batch_size: int
-    temperature: float
-    top_p: float
-    top_k: int
-    backend: str
-    dataset: str
-    category: str
-    context_bucket: str
-    setting_id: str = ""  # the settings alone (the cell id of folders written before the digest)
-    prompts_digest: str = ""  # the measured prompts' text ("" when not given)
-    schedule: str = ""  # drafter.schedule as JSON ([[start, end, K], ...]); "" = a static D
+class CellKey(CellIdentity):
+    """A cell's identity (``records.CellIdentity``), built from a run's settings."""
 
     @staticmethod
     def for_run(run: RunConfig, category: str, context_bucket: str, prompts: "Sequence[Request] | None" = None) -> "CellKey":
@@ -111,24 +99,62 @@ def stable_hash(obj) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _key_fields(key: CellKey) -> dict:
-    return asdict(key)
+def _key_fields(key: CellIdentity) -> dict:
+    return {name: getattr(key, name) for name in IDENTITY_FIELDS}
 
 
-def summarize(
-    key: CellKey, base: GenerateOutput, spec: GenerateOutput, warmup_s: float, device: str, n_gpus: int,
-    protocol: ProtocolConfig | None = None, acceptance: AcceptanceConfig | None = None, slo=None,
+def _columns(*groups) -> dict:
+    """The cell columns of typed column groups (each field is the column of that name)."""
+    return {f.name: getattr(g, f.name) for g in groups for f in fields(g)}
+
+
+@dataclass(frozen=True)
+class PassNotes:
+    """What a cell's row carries besides its passes' metrics: the protocol's notes (``protocol.Measured``
+    and its noise meter) or, for a derived ``all`` row, what its category cells say."""
+
+    instability: Callable[[float], str] | None = None  # why not stable, from the cell's speedup_noise; None: not judged
+    cpu_util: float = NAN
+    load_avg: float = NAN
+    steal_frac: float = NAN
+    threads: int = 0
+    n_repeats: int | None = None  # None: the speedup estimate's own
+    batch_size_run: int | None = None  # None: from the cell's requests and the run's batch size
+    derived: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def assemble_cell(
+    key: CellKey, base: GenerateOutput, spec: GenerateOutput, *, warmup_s: float, device: str, n_gpus: int,
+    run: RunConfig | None = None, notes: PassNotes = PassNotes(), requests: "Sequence[Request]" = (), prepared=None,
 ) -> CellResult:
-    """The cell row from matched baseline and speculative passes on the same requests (every repeat)."""
-    protocol = protocol or ProtocolConfig()
+    """The cell row from matched baseline and speculative passes on the same requests (every repeat):
+    every metric group (``metrics``), the load point's columns, the protocol's notes and, with ``run``,
+    the settings that produced it (``run_columns``). The derived ``all`` row is assembled here too."""
+    cfg = run.protocol if run is not None else ProtocolConfig()
+    acceptance_cfg = run.acceptance if run is not None else AcceptanceConfig()
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
-    values = metrics.pass_metrics(base, spec, key.num_speculative_tokens, key.temperature <= 0, n_gpus,
-                                  protocol.confidence, protocol.n_resamples, acceptance or AcceptanceConfig())
-    tps = values.pop("tokens_per_step")
-    values |= timing_columns(base, spec, values, tps)
-    values |= metrics_latency.load_point_columns(base, spec, slo, protocol.confidence, protocol.n_resamples)
-    return CellResult(
+    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples)
+    values = _columns(
+        metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg),
+        metrics.degenerate_columns(ok_s, acceptance_cfg),
+        metrics.timing_columns(base, spec, n_gpus),
+        speedup,
+        metrics.prediction_columns(base, spec, cfg.confidence),
+        metrics.agreement_columns(base.requests, ok_s, key.temperature <= 0),
+        latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence, cfg.n_resamples),
+    )
+    syn = spec.extra.get("synthetic_al")
+    values["synthetic_al"] = float(syn) if syn is not None else NAN
+    if notes.n_repeats is not None:
+        values["n_repeats"] = notes.n_repeats
+    if notes.instability is not None:
+        reason = notes.instability(speedup.speedup_noise)
+        values |= {"stable": not reason, "unstable_reason": reason}
+    extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
+             **notes.extra}
+    cell = CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),
         al_source=ok_s[0].al_source if ok_s else "none",
@@ -139,8 +165,38 @@ def summarize(
         device=device,
         status=STATUS_OK if not failed else STATUS_FAILED,
         error="" if not failed else f"{len(failed)} request(s) failed; first: {failed[0].error}",
-        extra={"tokens_per_step": tps, "n_failed_requests": len(failed), **spec.extra},
+        extra=extra,
+        cpu_util=notes.cpu_util, load_avg=notes.load_avg, steal_frac=notes.steal_frac, threads=notes.threads,
+        derived=notes.derived,
     )
+    if run is None:
+        return cell
+    cell = replace(cell, **run_columns(cell, run, requests, prepared))
+    return cell if notes.batch_size_run is None else replace(cell, batch_size_run=notes.batch_size_run)
+
+
+def run_columns(cell: CellResult, run: RunConfig, requests: "Sequence[Request]" = (), prepared=None) -> dict:
+    """Each cell carries the (redacted) settings that produced it: a sweep's cells differ; the output
+    length, the batch actually formed, what happened to over-long prompts, and the load point."""
+    config = redact(run)  # the one redaction every sink uses
+    config.pop("logger", None)
+    extra = {**cell.extra, "config": config, "measured_on": slurm.where()}  # node, Slurm job and array task
+    ran = min(run.batch_size, len(requests)) if requests else -1
+    if 0 < ran < run.batch_size:
+        extra["batch_size_note"] = (f"only {len(requests)} prompt(s) in this cell: batches of {ran}, "
+                                    f"not batch_size={run.batch_size}")
+        log.warning("cell %s: %s", cell.cell_id, extra["batch_size_note"])
+    if prepared is not None:
+        ids = {r.request_id for r in requests}
+        extra["on_too_long"] = prepared.on_too_long
+        extra["prompt_token_limit"] = prepared.limit
+        extra["prompts_skipped"] = sum(1 for cat, _ in prepared.skipped.values()
+                                       if not run.per_category or cat == cell.category)
+        extra["prompts_truncated"] = len(ids & set(prepared.truncated))
+        if prepared.escaped:
+            extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
+    return dict(extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran,
+                **load_point(run))
 
 
 OVERALL = "all"
@@ -161,42 +217,17 @@ def overall_key(run: RunConfig, context_bucket: str, parts: "Sequence[CellKey]" 
     return CellKey(**{**asdict(key), "cell_id": cell_id, "setting_id": setting, "prompts_digest": digest})
 
 
-def timing_columns(base: GenerateOutput, spec: GenerateOutput, values: dict, tokens_per_step: float) -> dict:
-    """``timing_source``, ``split_error``, ``synthetic_al``; a separate timed pass fills the split columns.
-
-    The engine's pass notes say how the split was measured (``extra.timing_source``); an engine
-    that times in a separate pass (vLLM on CUDA) gives per-part means in ``extra.timed_split``,
-    which fill the cell's columns when the measured pass's steps carry none (never guessed); so
-    does vLLM's counters fallback, whose steps have no per-step acceptance to carry times.
-    """
-    out: dict = {"timing_source": str(spec.extra.get("timing_source") or base.extra.get("timing_source") or "")}
-    timed = spec.extra.get("timed_split") or {}
-    out["split_error"] = float(timed.get("span_error", NAN))
-    if math.isnan(out["split_error"]):
-        out["split_error"] = metrics.span_error(spec.requests, spec.steps)
-    if math.isnan(values.get("t_verify_ms", NAN)):  # a separate timed pass, or no per-step rows (counters)
-        split = timed.get("split_ms") or {}
-        base_split = (base.extra.get("timed_split") or {}).get("split_ms") or {}
-        if split:
-            out |= {"t_draft_ms": split["draft"], "t_verify_ms": split["verify"], "t_accept_ms": split["accept"],
-                    "t_other_ms": split["other"], "t_verify_ms_baseline": base_split.get("verify", NAN)}
-            out["speedup_predicted"] = metrics.predicted_speedup(
-                out["t_verify_ms_baseline"], split["verify"], split["draft"], tokens_per_step,
-                base_split.get("accept", 0.0), split["accept"])
-    syn = spec.extra.get("synthetic_al")
-    out["synthetic_al"] = float(syn) if syn is not None else NAN
-    return out
-
-
-def failed_cell(key: CellKey, error: str, device: str, n_gpus: int) -> CellResult:
-    """A cell that could not be measured: every metric NaN, the error recorded."""
+def failed_cell(key: CellKey, error: str, device: str, n_gpus: int, run: RunConfig | None = None,
+                requests: "Sequence[Request]" = (), prepared=None) -> CellResult:
+    """A cell that could not be measured: every metric NaN, the error recorded (with ``run``: its settings)."""
     values = {}
     for f in fields(CellResult):
-        if f.name in _key_fields(key) or f.name in ("status", "error", "extra", "device", "n_gpus", *RUN_SETTING_FIELDS):
+        if f.name in IDENTITY_FIELDS or f.name in ("status", "error", "extra", "device", "n_gpus", *RUN_SETTING_FIELDS):
             continue
         if f.default is not MISSING:  # protocol and noise columns: their own defaults (NaN, 0, False)
             continue
         values[f.name] = () if f.name.startswith("accepted_") else (-1 if f.name == "first_divergence" else NAN)
     values["n_requests"] = 0
     values["al_source"] = "none"
-    return CellResult(**_key_fields(key), **values, device=device, n_gpus=n_gpus, status=STATUS_FAILED, error=error)
+    cell = CellResult(**_key_fields(key), **values, device=device, n_gpus=n_gpus, status=STATUS_FAILED, error=error)
+    return cell if run is None else replace(cell, **run_columns(cell, run, requests, prepared))

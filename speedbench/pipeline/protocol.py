@@ -62,11 +62,15 @@ class Measured:
         elif not math.isfinite(rel_half_width):
             reasons.append("no finite speedup interval (too few requests with two or more tokens)")
         elif rel_half_width > cfg.target_rel_half_width:
-            reasons.append(f"measurement noise +-{rel_half_width:.1%} above the target +-{cfg.target_rel_half_width:.0%} "
-                           f"after {self.n_repeats} repeats ({self.stopped_by} reached)")
+            reasons.append(f"{noise_above_target(rel_half_width, cfg)} after {self.n_repeats} repeats ({self.stopped_by} reached)")
         if self.contention:
             reasons.append(f"contention: {self.contention}")
         return "; ".join(reasons)
+
+
+def noise_above_target(rel_half_width: float, cfg: ProtocolConfig) -> str:
+    """The unstable-cell reason for a measurement noise above the protocol's target (measured and derived cells)."""
+    return f"measurement noise +-{rel_half_width:.1%} above the target +-{cfg.target_rel_half_width:.0%}"
 
 
 def blocks(requests: list[Request], batch_size: int, asynchronous: bool) -> list[list[Request]]:

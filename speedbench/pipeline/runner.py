@@ -12,9 +12,7 @@ import math
 import time
 from pathlib import Path
 from collections import OrderedDict
-from dataclasses import replace
 
-from .. import slurm
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..backends.registry import BACKENDS
 from ..config import DrafterConfig, RunConfig
@@ -23,9 +21,9 @@ from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord,
 from ..results import provenance, runlock
 from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
-from .load import columns as load_columns, in_flight, point_requests, sized_requests, warmup_sample
+from .load import in_flight, point_requests, sized_requests, warmup_sample
 from .validation import dataset_spec  # noqa: F401 - the runner's public helper
-from .cells import OVERALL, CellKey, asdict_clean, failed_cell, overall_key, stable_hash, summarize
+from .cells import OVERALL, CellKey, PassNotes, asdict_clean, assemble_cell, failed_cell, overall_key, stable_hash
 
 log = logging.getLogger(__name__)
 BASELINE = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
@@ -169,7 +167,7 @@ def _read(store: ResultsStore, cell_id: str) -> tuple[GenerateOutput, GenerateOu
 
 def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], measured: set[str]) -> list[CellResult]:
     """Per context bucket with two or more categories: the derived ``category=all`` row, every metric
-    computed from the category cells' records (metrics.pass_metrics on their union), written as its own
+    computed from the category cells' records (cells.assemble_cell on their union), written as its own
     cell (``derived=True``; id from ``cells.overall_key``). Not written while a category cell is
     missing or failed; rewritten when one of its category cells was ``measured`` in this invocation
     (or it is missing), so a resumed run keeps it current and a finished one leaves it alone."""
@@ -202,28 +200,27 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
     merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     part_cells = [store.cell(k.cell_id) for k in parts]
     key = overall_key(run, bucket, parts)
-    info_device, n_gpus = str(part_cells[0].get("device", "cpu")), run.n_gpus
-    cell = summarize(key, merged[0], merged[1], float(part_cells[0].get("warmup_s") or 0),
-                     info_device, n_gpus, run.protocol, run.acceptance, run.slo)
-    noise = cell.speedup_noise
+    target = run.protocol.target_rel_half_width
     reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
-    if not (math.isfinite(noise) and noise <= run.protocol.target_rel_half_width):
-        reasons.insert(0, f"measurement noise +-{noise:.1%} above the target +-{run.protocol.target_rel_half_width:.0%}")
+
+    def instability(noise: float) -> str:
+        head = [] if math.isfinite(noise) and noise <= target else [protocol.noise_above_target(noise, run.protocol)]
+        return "; ".join(head + reasons)
 
     def agg(name, fn):
         vals = [float(c[name]) for c in part_cells if c.get(name) is not None and math.isfinite(float(c[name]))]
         return fn(vals) if vals else math.nan
 
-    cell = replace(
-        cell, derived=True, stable=not reasons, unstable_reason="; ".join(reasons),
-        n_repeats=min(int(c.get("n_repeats") or 0) for c in part_cells),
+    notes = PassNotes(
+        instability=instability, derived=True, n_repeats=min(int(c.get("n_repeats") or 0) for c in part_cells),
         cpu_util=agg("cpu_util", min), load_avg=agg("load_avg", max), steal_frac=agg("steal_frac", max),
         threads=int(part_cells[0].get("threads") or 0),
-        extra={**cell.extra, "derived_from": [k.cell_id for k in parts],
+        batch_size_run=max(int(c.get("batch_size_run") or -1) for c in part_cells),
+        extra={"derived_from": [k.cell_id for k in parts],
                "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
     )
-    cell = _with_config(cell, run)
-    return replace(cell, batch_size_run=max(int(c.get("batch_size_run") or -1) for c in part_cells))
+    return assemble_cell(key, merged[0], merged[1], warmup_s=float(part_cells[0].get("warmup_s") or 0),
+                         device=str(part_cells[0].get("device", "cpu")), n_gpus=run.n_gpus, run=run, notes=notes)
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
@@ -237,8 +234,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         warmup_s, warm_rate = warm_up(backend, run, requests)
     except Exception as exc:  # the engine cannot run at all: record every cell as failed
         log.exception("warm-up failed")
-        cells = [_with_config(failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus), run, r, prepared)
-                 for k, r in todo]
+        cells = [failed_cell(k, f"warm-up: {type(exc).__name__}: {exc}", device, n_gpus, run, r, prepared) for k, r in todo]
         for c in cells:
             store.write_cell(c)
             logger.log_cell(c, store)
@@ -254,15 +250,15 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
             m = protocol.measure(backend, reqs, specs, run.protocol, threads)
-            cell = _with_config(summarize(key, m.base, m.spec, warmup_s, device, n_gpus, run.protocol, run.acceptance,
-                                          run.slo), run, reqs, prepared)
-            reason = m.instability(cell.speedup_noise, run.protocol)
-            cell = replace(cell, stable=not reason, unstable_reason=reason, cpu_util=m.noise.cpu_util,
-                           load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
-                           extra={**cell.extra, "wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
-                                  **({"duration_sizing": sizing} if sizing else {}),
-                                  "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
-                                                             "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
+            notes = PassNotes(
+                instability=lambda noise: m.instability(noise, run.protocol), cpu_util=m.noise.cpu_util,
+                load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
+                extra={"wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
+                       **({"duration_sizing": sizing} if sizing else {}),
+                       "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
+                                    "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
+            cell = assemble_cell(key, m.base, m.spec, warmup_s=warmup_s, device=device, n_gpus=n_gpus, run=run,
+                                 notes=notes, requests=reqs, prepared=prepared)
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
             steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
             store.write_cell(cell, m.base.requests + m.spec.requests, steps)
@@ -270,35 +266,12 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             raise  # cannot be rebuilt (a corrupt cell file): the cells written stay as they are; stop, named
         except Exception as exc:  # one broken cell must not end the sweep
             log.exception("cell %s failed", key.cell_id)
-            cell = _with_config(failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus), run, reqs, prepared)
+            cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus, run, reqs, prepared)
             store.write_cell(cell)
         logger.log_cell(cell, store)
         cells.append(cell)
     bars.close()
     return cells
-
-
-def _with_config(cell: CellResult, run: RunConfig, reqs=(), prepared=None) -> CellResult:
-    """Each cell carries the (redacted) settings that produced it: a sweep's cells differ; the output
-    length, the batch actually formed, and what happened to over-long prompts."""
-    config = provenance.redact(run)
-    config.pop("logger", None)
-    extra = {**cell.extra, "config": config, "measured_on": slurm.where()}  # node, Slurm job and array task
-    ran = min(run.batch_size, len(reqs)) if reqs else -1
-    if 0 < ran < run.batch_size:
-        extra["batch_size_note"] = f"only {len(reqs)} prompt(s) in this cell: batches of {ran}, not batch_size={run.batch_size}"
-        log.warning("cell %s: %s", cell.cell_id, extra["batch_size_note"])
-    if prepared is not None:
-        ids = {r.request_id for r in reqs}
-        extra["on_too_long"] = prepared.on_too_long
-        extra["prompt_token_limit"] = prepared.limit
-        extra["prompts_skipped"] = sum(1 for cat, _ in prepared.skipped.values() if not run.per_category or cat == cell.category)
-        extra["prompts_truncated"] = len(ids & set(prepared.truncated))
-        if prepared.escaped:
-            extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
-    return replace(cell, extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran,
-                   **load_columns(run))
-
 
 
 class _Progress:

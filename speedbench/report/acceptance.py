@@ -1,6 +1,6 @@
 """Acceptance on each convention (docs/acceptance.md): the four ALs side by side, drafts the output
 did not keep, degenerate output, and AL along the output and per turn. Every number is read from
-the cells (``metrics.py`` computed it); nothing is recomputed here."""
+the cells (``metrics.acceptance`` computed it); nothing is recomputed here."""
 from __future__ import annotations
 
 import math
@@ -50,7 +50,7 @@ def build(data: ReportData, out: Path) -> Section:
     if spec.empty or "al_speed_bench" not in spec:
         sec.text("No speculative cell with the acceptance conventions (results written before they existed): n/a.")
         return sec
-    sec.text("The same engine steps counted four ways (every definition in `speedbench/metrics.py`; "
+    sec.text("The same engine steps counted four ways (every definition in `speedbench/metrics/acceptance.py`; "
              "docs/acceptance.md explains where the conventions part ways):\n\n"
              + "\n".join(f"- **{label}** (`{col}`): {text}." for col, label, text in CONVENTIONS))
     overall = spec_cells(data.overall)

@@ -71,8 +71,8 @@ def test_each_convention_on_hand_made_streams():
     assert metrics.speed_bench_lengths(b) == [1, 5, 2]
     assert metrics.speed_bench_lengths(c) == [1, 1, 3, 1]
     assert metrics.al_speed_bench([a, b, c]) == pytest.approx(statistics.mean([8 / 3, 8 / 3, 6 / 4]))
-    cols = metrics.acceptance_metrics([a, b, c], sa + sb + sc, D)
-    assert cols["al_emitted"] < cols["al"] and cols["n_accepted_kept"] == 14 and cols["n_accepted"] == 16
+    cols = metrics.acceptance_columns([a, b, c], sa + sb + sc, D)
+    assert cols.al_emitted < cols.al and cols.n_accepted_kept == 14 and cols.n_accepted == 16
 
 
 def test_a_stop_that_leaves_part_of_the_last_chunk_loses_only_the_stop_token():
@@ -199,8 +199,8 @@ def test_degenerate_rule_follows_its_settings_and_counts_requests_by_turn():
     bad, _ = fold("bad", turn([(4, 3, 4)] * 10, finish="length"), looped)
     assert bad.turn_tokens == (41, 41)
     assert metrics.degenerate_frac([clean, bad]) == 0.5
-    cols = metrics.acceptance_metrics([clean, bad], [], D)
-    assert cols["degenerate"] and cols["degenerate_frac"] == 0.5
+    cols = metrics.degenerate_columns([clean, bad])
+    assert cols.degenerate and cols.degenerate_frac == 0.5
 
 
 # ---- AL along the output --------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from speedbench import metrics_latency as ml
+from speedbench.metrics import latency as ml
 from speedbench.backends.base import GenerateOutput
 from speedbench.config import LoadConfig, SloConfig
 from speedbench.pipeline import load
@@ -63,9 +63,9 @@ def test_throughput_speedup_pairs_repeats_and_has_an_interval():
     cols = ml.load_point_columns(passes("baseline", 0.02), passes("spec", 0.01), SloConfig(e2e_ms=1000))
     # same tokens, spec windows (ttft + 4 tpot) shorter: ratio = base window / spec window per repeat
     expect = [(0.1 + 4 * 0.02 * (1 + 0.05 * k)) / (0.1 + 4 * 0.01 * (1 + 0.05 * k)) for k in range(3)]
-    assert cols["speedup_throughput"] == pytest.approx(float(np.median(expect)))
-    assert cols["speedup_throughput_ci_low"] <= cols["speedup_throughput"] <= cols["speedup_throughput_ci_high"]
-    assert cols["speedup_goodput"] == pytest.approx(cols["speedup_throughput"])  # every request meets the SLO
+    assert cols.speedup_throughput == pytest.approx(float(np.median(expect)))
+    assert cols.speedup_throughput_ci_low <= cols.speedup_throughput <= cols.speedup_throughput_ci_high
+    assert cols.speedup_goodput == pytest.approx(cols.speedup_throughput)  # every request meets the SLO
 
 
 def test_without_send_times_the_pass_wall_time_is_the_window():

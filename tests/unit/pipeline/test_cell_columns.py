@@ -59,7 +59,7 @@ def test_prediction_from_a_separately_timed_split_is_filled(tmp_path):
     import math
 
     from speedbench.backends.base import GenerateOutput
-    from speedbench.pipeline.cells import summarize
+    from speedbench.pipeline.cells import assemble_cell
     from speedbench.records import RequestRecord, StepRecord
 
     nan = float("nan")
@@ -83,7 +83,7 @@ def test_prediction_from_a_separately_timed_split_is_filled(tmp_path):
                           extra={"timed_split": {**split, "split_ms": {"draft": 1.0, "verify": 6.0, "accept": 0.5,
                                                                        "other": 1.0}}})
     key = CellKey.for_run(make_run(tmp_path, "x"), "coding", "")
-    cell = summarize(key, base, spec, warmup_s=0.0, device="cpu", n_gpus=1)
+    cell = assemble_cell(key, base, spec, warmup_s=0.0, device="cpu", n_gpus=1)
     assert cell.t_verify_ms == 6.0 and cell.t_verify_ms_baseline == 5.0
     assert math.isfinite(cell.speedup_predicted)
     assert abs(cell.speedup_predicted - 5.5 * 3 / 7.5) < 1e-9  # T_verif(B) * AL / (T_verif(B(1+D)) + T_draft)

@@ -20,7 +20,7 @@ Definitions (all from the client's clock; a request's repeats pooled with every 
   ``slo.e2e_ms``) / window (NaN when no SLO is set); each pools the repeats (sums over sums);
 * ``speedup_throughput`` / ``speedup_goodput``: per repeat the ratio spec / baseline of that
   repeat's pair of windows, through the same estimator (and interval) as ``speedup``
-  (``metrics.paired_speedup``, here with one row: the interval comes from the repeats);
+  (``speedup.paired_speedup``, here with one row: the interval comes from the repeats);
 * failures are data: ``failed_requests_*`` counts them; a failed request meets no SLO.
 """
 from __future__ import annotations
@@ -30,8 +30,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import metrics
-from .records import STATUS_OK, RequestRecord
+from ..load_columns import LoadPointColumns
+from ..records import STATUS_OK, RequestRecord
+from .speedup import paired_speedup
 
 NAN = math.nan
 STATS = ("mean", "p50", "p90", "p99")
@@ -145,7 +146,7 @@ def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, conf
         ratios.append(rs / rb if rb > 0 and math.isfinite(rs) else NAN)
     if not ratios:
         return NAN, NAN, NAN
-    est = metrics.paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples)
+    est = paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples)
     if any(row["shared"] for row in (*base.values(), *spec.values())):
         return est.point, NAN, NAN  # one wall time split over the repeats: no per-repeat variation to show
     return est.point, est.low, est.high
@@ -167,8 +168,9 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
     return out
 
 
-def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> dict:
-    """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat)."""
+def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> LoadPointColumns:
+    """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
+    point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``)."""
     objectives = slo_set(slo)
     out = role_columns(base.requests, "baseline", objectives, base.wall_s)
     out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
@@ -177,4 +179,4 @@ def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resampl
     out |= {"speedup_throughput": t[0], "speedup_throughput_ci_low": t[1], "speedup_throughput_ci_high": t[2]}
     g = _ratio_speedup(rb, rs, "good", confidence, n_resamples) if objectives else (NAN, NAN, NAN)
     out |= {"speedup_goodput": g[0], "speedup_goodput_ci_low": g[1], "speedup_goodput_ci_high": g[2]}
-    return out
+    return LoadPointColumns(**out)
