@@ -22,6 +22,7 @@ if __package__ in (None, ""):
 import pandas as pd  # noqa: E402
 
 from speedbench.pipeline import runner  # noqa: E402
+from speedbench.results.layout import RunFolder  # noqa: E402
 from speedbench.config import (  # noqa: E402
     BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig, make_drafter, validate,
 )
@@ -88,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
                 cells = runner.run_cells(run_config(args, out, prompts, engine, batch, depth), progress=False)
                 cell = cells[0] if cells else None
                 if cell is None:  # resumed: read the finished cell back
-                    table = pd.read_parquet(out / engine / "cells.parquet")
+                    table = pd.read_parquet(RunFolder(out / engine).table_path("parquet"))
                     match = table[(table.batch_size == batch) & (table.num_speculative_tokens == depth)]
                     cell = match.iloc[-1]
                 rows.append(row | {c: getattr(cell, c) for c in COLUMNS[4:]})

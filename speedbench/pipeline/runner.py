@@ -16,7 +16,7 @@ from dataclasses import replace
 from .. import slurm
 from ..backends.base import BACKENDS, Backend, GenerateOutput, GenerateSpec
 from ..config import DrafterConfig, RunConfig
-from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
+from ..records import CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
 from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
