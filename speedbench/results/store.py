@@ -178,7 +178,7 @@ class ResultsStore(RunFolder):
         self.rebuild_table()
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
-        _writing(self.root, "provenance.json",
+        _writing(self.root, self.provenance_path.name,
                  lambda: atomic_write_text(self.provenance_path, dumps(redact(provenance))))
 
     def rebuild_table(self) -> pd.DataFrame:
