@@ -22,8 +22,9 @@ if __package__ in (None, ""):
 import pandas as pd  # noqa: E402
 
 from speedbench.pipeline import runner  # noqa: E402
-from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig
-from speedbench.drafters.registry import make_drafter
+from speedbench.results.layout import RunFolder  # noqa: E402
+from speedbench.config import BackendConfig, DatasetConfig, ModelConfig, RunConfig, SamplingConfig  # noqa: E402
+from speedbench.drafters.registry import make_drafter  # noqa: E402
 from speedbench.data import DatasetSpec, load_requests  # noqa: E402
 from speedbench.models import local_dir  # noqa: E402
 
@@ -86,7 +87,7 @@ def main(args: argparse.Namespace) -> int:
                 cells = runner.run_cells(run_config(args, out, prompts, engine, batch, depth), progress=False)
                 cell = cells[0] if cells else None
                 if cell is None:  # resumed: read the finished cell back
-                    table = pd.read_parquet(out / engine / "cells.parquet")
+                    table = pd.read_parquet(RunFolder(out / engine).table_path("parquet"))
                     match = table[(table.batch_size == batch) & (table.num_speculative_tokens == depth)]
                     cell = match.iloc[-1]
                 rows.append(row | {c: getattr(cell, c) for c in COLUMNS[4:]})

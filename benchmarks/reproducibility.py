@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from speedbench.results import ResultsStore  # noqa: E402
+from speedbench.results.layout import RunFolder  # noqa: E402
 
 
 def run(out: Path, run_id: str, extra: list[str]) -> float:
@@ -117,8 +118,8 @@ def main() -> int:
                     print(f"loaded run {i + 1} done", file=sys.stderr)
             finally:
                 hog.kill()
-    quiet = sorted(p for p in root.iterdir() if p.name.startswith("quiet-") and (p / "cells").is_dir())
-    loaded = sorted(p for p in root.iterdir() if p.name.startswith("loaded-") and (p / "cells").is_dir())
+    quiet = sorted(p for p in root.iterdir() if p.name.startswith("quiet-") and RunFolder(p).has_cells)
+    loaded = sorted(p for p in root.iterdir() if p.name.startswith("loaded-") and RunFolder(p).has_cells)
     analyse(quiet, loaded, walls)
     return 0
 

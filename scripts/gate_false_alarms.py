@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from speedbench.gate.core import BAD, load_config, run_gate  # noqa: E402
+from speedbench.results.layout import RunFolder  # noqa: E402
 
 
 def run_benchmarks(out: Path, repeats: int, extra: list[str], prefix: str = "repeat") -> list[Path]:
@@ -74,7 +75,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.reuse:
         out = args.reuse
-        runs = sorted(p for p in args.reuse.iterdir() if (p / "cells").is_dir() and p.name.startswith("repeat-"))
+        runs = sorted(p for p in args.reuse.iterdir() if RunFolder(p).has_cells and p.name.startswith("repeat-"))
     else:
         out = args.out or Path(tempfile.mkdtemp(prefix="gate-noise-"))
         out.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def main() -> int:
     slowed = {}
     for frac in args.slowdown:
         name = f"slowed{int(round(frac * 100))}"
-        have = sorted(p for p in out.iterdir() if p.name.startswith(name + "-") and (p / "cells").is_dir())
+        have = sorted(p for p in out.iterdir() if p.name.startswith(name + "-") and RunFolder(p).has_cells)
         if not have:
             delay = delay_for(runs[0], frac)
             print(f"slowdown {frac:.0%}: faults.delay_ms={delay:.3f}", file=sys.stderr)

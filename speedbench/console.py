@@ -109,7 +109,9 @@ def engine_log(results_root: Path, name: str) -> Path | None:
     ``SPEEDBENCH_LOG_LEVEL`` asks for INFO or DEBUG (then it stays on the terminal)."""
     if log_level() < logging.WARNING:
         return None
-    return Path(results_root) / "engine-logs" / f"{name}.log"
+    from .results.layout import RunFolder
+
+    return RunFolder(results_root).engine_log_path(name)
 
 
 class HeldStderr:

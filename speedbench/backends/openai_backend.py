@@ -339,8 +339,8 @@ class _OpenAISession(Session):
 
     async def arrive(self, index: int) -> None:
         """Request ``index`` arrives at once, or at ``request_rate`` per second with gamma inter-arrivals
-        of shape ``burstiness`` (1 = Poisson; ``pipeline.load``)."""
-        from ..pipeline.load import interarrival
+        of shape ``burstiness`` (1 = Poisson; ``arrivals``)."""
+        from ..arrivals import interarrival
 
         while len(self.arrivals) <= index:
             self.arrivals.append(self.arrivals[-1] + interarrival(self.rng, self.rate, self.burstiness))

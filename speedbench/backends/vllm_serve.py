@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
+from ..results.layout import RunFolder
 from ..config import DrafterConfig
 from .base import Backend
 from .openai_backend import OpenAIBackend, _server_problems, deadlines
@@ -110,7 +111,7 @@ class VllmServeBackend(OpenAIBackend):
     def attach_run_folder(self, folder) -> None:
         """Server logs go to ``<folder>/engine-logs/`` (the runner calls this before :meth:`ready`)."""
         if self._log_dir is None:
-            self._log_dir = Path(folder) / "engine-logs"
+            self._log_dir = RunFolder(folder).engine_logs_dir
 
     def _set(self) -> ServerSet:
         if self.servers is None:

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from .core import EXIT_CONFIG, GATE_CONF_DIR, GateConfigError, GateInputError, load_config, run_gate
 from .output import format_report, write_json, write_junit
+from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, check_folder
 
 
@@ -35,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
         except ResultsReadError as exc:
             print(f"speedbench gate: {name} {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        if not (path / "cells").is_dir():
+        if not RunFolder(path).has_cells:
             print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
             return EXIT_CONFIG
     if getattr(args, "allow_nothing_gated", False):

@@ -32,6 +32,7 @@ import yaml
 from . import stats as gate_stats
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
+from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, read_cell_file
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED = 0, 1, 2, 3, 4
@@ -178,7 +179,7 @@ def judge(ratio: float, low: float, high: float, tol: float) -> str:
 
 
 def _requests(root: Path, cell_id: str) -> gate_stats.RequestArrays | None:
-    path = root / "requests" / f"{cell_id}.parquet"
+    path = RunFolder(root).requests_path(cell_id)
     if not path.exists():
         return None
     try:
@@ -194,7 +195,7 @@ CELL_KEYS = ("cell_id", "status", "drafter", "num_speculative_tokens", "batch_si
 def read_cells(root: Path, metrics) -> dict[str, dict]:
     """The cell rows of ``root`` by id; a file that is not a whole, well-formed cell is a ``GateInputError``."""
     rows: dict[str, dict] = {}
-    for path in sorted((Path(root) / "cells").glob("*.json")):
+    for path in RunFolder(root).cell_paths():
         try:
             row = read_cell_file(path)
         except ResultsReadError as exc:
@@ -283,7 +284,7 @@ def _by_setting(root: Path, cfg: GateConfig) -> dict[str, dict]:
     """The measured cell rows of ``root`` by ``match_key``; of two cells with one setting (a prompt file
     edited between a run and its resume), the one written last."""
     rows = sorted((r for r in read_cells(root, cfg.rules).values() if not _derived(r)),
-                  key=lambda r: (Path(root) / "cells" / f"{r['cell_id']}.json").stat().st_mtime_ns)
+                  key=lambda r: RunFolder(root).cell_path(r['cell_id']).stat().st_mtime_ns)
     return {match_key(r): r for r in rows}
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..config import LoggerConfig
+from ..results.layout import wandb_dir
 from ..results.store import ResultsStore, check_folder
 
 
@@ -39,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
         logger.log_cell_id(cell_id, store)
     if args.cells is None:
         logger.log_sweep(store)
-    where = logger.dir / "wandb" if args.mode == "offline" else f"project {args.project}"
+    where = wandb_dir(logger.dir) if args.mode == "offline" else f"project {args.project}"
     print(f"logged {len(ids)} cell(s) of {args.results_dir} to W&B ({args.mode}): {where}")
     if args.mode == "offline":
         print(f"upload later with: wandb sync {where}/offline-run-*")

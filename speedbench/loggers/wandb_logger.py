@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import wandb
 
-from ..pipeline.cells import stable_hash
+from ..hashing import stable_hash
 from ..config import LoggerConfig
 from ..results.provenance import redact
 from ..results.store import ResultsStore
@@ -61,7 +61,7 @@ class WandbLogger(CellLogger):
         row = store.cell(cell_id)
         # a derived overall row (category=all) has no records of its own: its category cells' are its
         parts = (row.get("extra") or {}).get("derived_from") or [cell_id] if row.get("derived") else [cell_id]
-        paths = [store.root / "requests" / f"{cid}.parquet" for cid in parts]
+        paths = [store.requests_path(cid) for cid in parts]
         frames = [pd.read_parquet(p) for p in paths if p.exists()]
         requests = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         run = self._init(

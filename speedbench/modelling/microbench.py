@@ -168,14 +168,15 @@ RUNNERS = {"gemm": run_gemm, "attention": run_attention, "verify": run_verify}
 
 def write(frame, results_dir: str | Path, kind: str, args: argparse.Namespace) -> Path:
     from ..results import provenance
+    from ..results.layout import RunFolder
     from ..results.store import atomic_write_parquet, atomic_write_text, dumps
 
-    out = Path(results_dir) / "microbench"
-    atomic_write_parquet(out / f"{kind}.parquet", frame)
+    folder = RunFolder(results_dir)
+    atomic_write_parquet(folder.microbench_path(kind), frame)
     config = {k: v for k, v in vars(args).items() if not k.startswith("_") and not callable(v)}
     device = str(frame["device"].iloc[0]) if len(frame) else "cpu"
-    atomic_write_text(out / f"{kind}.provenance.json", dumps(provenance.collect(config, {"microbench": kind}, device)))
-    return out / f"{kind}.parquet"
+    atomic_write_text(folder.microbench_provenance_path(kind), dumps(provenance.collect(config, {"microbench": kind}, device)))
+    return folder.microbench_path(kind)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

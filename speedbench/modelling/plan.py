@@ -230,7 +230,7 @@ def main(args: argparse.Namespace) -> int:
 
     data = None
     if args.results:
-        from ..report.load import load
+        from ..results.load import load
 
         data = load(args.results)
     if args.model_shape:

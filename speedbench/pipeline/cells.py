@@ -10,7 +10,6 @@ match cells by ``cell_id``; the CI gate matches by ``setting_id`` and compares t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -20,6 +19,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from .. import metrics, slurm
 from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
+from ..hashing import stable_hash
 from ..metrics import latency
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
@@ -92,11 +92,6 @@ def drafter_identity(drafter) -> dict:
 
 def asdict_clean(obj, drop: tuple[str, ...] = ()) -> dict:
     return {k: v for k, v in asdict(obj).items() if k not in drop}
-
-
-def stable_hash(obj) -> str:
-    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _key_fields(key: CellIdentity) -> dict:

@@ -5,7 +5,7 @@
   under ``backend.options.batching=continuous``). Unset: today's ``batch_size`` semantics.
 * Open loop: ``load.request_rate`` requests/s; inter-arrival times are gamma distributed with
   shape ``load.burstiness`` and mean 1 / rate (shape 1 = Poisson; < 1 burstier, > 1 more
-  regular), as ``vllm bench serve`` draws them; seeded, so baseline and speculative windows of
+  regular), as ``vllm bench serve`` draws them (``speedbench.arrivals``); seeded, so baseline and speculative windows of
   a point see the same arrival times. Both can be set: arrivals at the rate, at most C in flight.
 * ``load.num_requests``: requests per point (the cell's prompts cycled, each copy its own id
   ``<id>#k``); ``load.warmup_requests``: warm-up requests before the point, never measured.
@@ -21,7 +21,6 @@ A run without load options keeps today's cell ids (``identity`` returns None).
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import replace
 from typing import Any
 
@@ -96,26 +95,6 @@ def warmup_sample(run, requests: list[Request]) -> list[Request]:
     if run.load.warmup_requests is not None:
         return point_requests(requests, run.load.warmup_requests) if run.load.warmup_requests else []
     return requests[: run.batch_size * run.warmup_batches]
-
-
-def interarrival(rng: random.Random, rate: float, burstiness: float = 1.0) -> float:
-    """One gap (s) between arrivals: gamma(shape=burstiness, scale=1 / (rate * burstiness)); 0 at rate inf."""
-    if not math.isfinite(rate) or rate <= 0:
-        return 0.0
-    if burstiness == 1.0:  # the same distribution; expovariate keeps the seeded sequences of earlier runs
-        return rng.expovariate(rate)
-    return rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-
-
-def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """Offsets (s) of ``n`` arrivals from the start of a pass; the first arrives at 0."""
-    rng = random.Random(seed)
-    out, t = [], 0.0
-    for i in range(n):
-        if i:
-            t += interarrival(rng, rate, burstiness)
-        out.append(t)
-    return out
 
 
 def load_problems(run) -> list[str]:

@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
 from collections import OrderedDict
 
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..backends.registry import BACKENDS
 from ..config import DrafterConfig, RunConfig
-from ..loggers import build_logger
-from ..records import STATUS_OK, CellResult, Request, RequestRecord, StepRecord, from_row, to_row
+from ..records import CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
+from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, ResultsStore, ResultsWriteError
 from . import conversations, protocol, validation
 from .load import in_flight, point_requests, sized_requests, warmup_sample
@@ -65,7 +64,7 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
     faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
     return GenerateSpec(drafter, in_flight(run), run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
-                        log_dir=str(Path(run.results_dir) / run.run_id), load=run.load)
+                        log_dir=str(RunFolder.of(run.results_dir, run.run_id).root), load=run.load)
 
 
 def warm_up(backend: Backend, run: RunConfig, requests: list[Request]) -> tuple[float, float | None]:
@@ -103,8 +102,12 @@ def _warn_other_prompts(store: ResultsStore, rows: list[dict], keys: list[CellKe
                     len(other), store.root, ", ".join(other[:5]) + (" ..." if len(other) > 5 else ""))
 
 
-def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepared | None" = None) -> list[CellResult]:
+def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepared | None" = None,
+              make_logger=None) -> list[CellResult]:
     """Measure every cell of ``run`` into ``results_dir/run_id``; returns the cell rows.
+
+    ``make_logger(run.logger, folder)`` (the run edge passes ``loggers.build_logger``) builds what
+    each written cell is logged to; None logs nowhere.
 
     Everything that can be checked without weights is checked first (``validation.prepare``,
     the run folder's confinement, writability and cell locks): a bad input raises
@@ -134,7 +137,7 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
         todo = [(k, r) for k, r in todo if not (run.resume and store.finished(k.cell_id))]
         if not todo:
             return []
-        logger = build_logger(run.logger, store.root)  # after each written cell; wandb imported only if chosen
+        logger = make_logger(run.logger, store.root) if make_logger else _NoLogger()  # after each written cell
         try:
             cells = _measure(run, requests, store, todo, logger, progress, prepared)
             for cell in overall_cells(run, store, [k for k, _ in keys], measured={c.cell_id for c in cells}):
@@ -146,9 +149,19 @@ def run_cells(run: RunConfig, progress: bool = True, prepared: "validation.Prepa
         locks.release()
 
 
+class _NoLogger:
+    """Where cells go when the caller gave no logger."""
+
+    def log_cell(self, cell: CellResult, store: ResultsStore) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _read(store: ResultsStore, cell_id: str) -> tuple[GenerateOutput, GenerateOutput] | None:
     """A finished cell's baseline and speculative passes, read back from its records."""
-    req_path, step_path = store.root / "requests" / f"{cell_id}.parquet", store.root / "steps" / f"{cell_id}.parquet"
+    req_path, step_path = store.requests_path(cell_id), store.steps_path(cell_id)
     if not req_path.exists():
         return None
     import pandas as pd
@@ -294,8 +307,3 @@ class _Progress:
     def close(self) -> None:
         self._requests.close()
         self.cells.close()
-
-
-def failure_fraction(cells: list[CellResult]) -> float:
-    return sum(c.status != STATUS_OK for c in cells) / len(cells) if cells else 0.0
-

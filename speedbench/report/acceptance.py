@@ -11,7 +11,7 @@ import pandas as pd
 
 from . import plots
 from .common import B, D, MEASURED, MECH, Section, finite, setup_cols, spec_cells
-from .load import ReportData
+from ..results.load import ReportData
 
 CONVENTIONS = [
     ("al", "AL (pooled)", "1 + accepted / drafts over the requests pooled (vLLM's counters); accepted drafts "

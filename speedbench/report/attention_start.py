@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..modelling import costmodel as cm
 from .common import B, D, MEASURED, MECH, MODELLED, Section, best_per_batch, contexts, finite, spec_cells
-from .load import ReportData
+from ..results.load import ReportData
 from .modelling import ModelContext
 
 DOMINANT = 0.5  # attention share of decode time above which G2 applies

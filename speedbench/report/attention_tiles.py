@@ -13,7 +13,7 @@ import pandas as pd
 from ..modelling import costmodel as cm
 from . import plots
 from .common import D, MEASURED, MODELLED, Section, contexts, finite, spec_cells
-from .load import ReportData
+from ..results.load import ReportData
 from .modelling import ModelContext
 
 TILE = 128

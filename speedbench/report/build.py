@@ -9,7 +9,7 @@ from ..results.store import atomic_write_text, dumps
 from . import acceptance, attention_start, attention_tiles, draft_schedule, low_latency, mechanism, render, summary, under_load, verify_cost
 from . import plots as plot_helpers
 from .common import Figure, Section
-from .load import ReportData, load
+from ..results.load import ReportData, load
 from .modelling import ModelContext, resolve
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 
 from . import plots
 from .common import B, D, DERIVED, MEASURED, MECH, Section, finite, per_config, setup_cols, spec_cells, stable_cells
-from .load import ReportData
+from ..results.load import ReportData
 
 LOW_B = 1
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..modelling import hardware
 from ..modelling.hardware import Hardware
 from ..modelling.shapes import ModelShape, load_shape
-from .load import ReportData
+from ..results.load import ReportData
 
 
 @dataclass

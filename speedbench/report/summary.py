@@ -9,7 +9,7 @@ from .. import metrics
 from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_speedups, finite, per_config, same_setup,
                      setup_cols, spec_cells, stable_cells)
 from . import nodes
-from .load import ReportData
+from ..results.load import ReportData
 
 VALUES = ["al", "al_speed_bench", "speedup_predicted", "greedy_match_rate", "degenerate_frac"]
 FEW_REQUESTS = 10

@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import plots
 from .common import D, DERIVED, MEASURED, MECH, Section, finite, spec_cells
-from .load import ReportData
+from ..results.load import ReportData
 
 RANDOM = "random"
 

@@ -14,7 +14,7 @@ import pandas as pd
 from . import plots
 from .common import (B, D, DERIVED, MEASURED, NEARLY_FREE, Section, best_per_batch, finite, setup_cols, spec_cells,
                      stable_cells)
-from .load import ReportData
+from ..results.load import ReportData
 
 GEMM_KNEE = 0.8  # normalised TFLOP/s at which the GEMM counts as compute-bound
 

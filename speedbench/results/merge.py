@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import STATUS_OK
+from .layout import RunFolder
 from .store import ResultsStore, atomic_write_bytes, check_folder, read_cell_file
 
-PARTS = ("requests", "steps")
 EXIT_USAGE, EXIT_CONFLICT = 2, 3
 
 
@@ -43,8 +43,7 @@ class CellCopy:
         return self.row.get("status") == STATUS_OK
 
     def files(self) -> list[Path]:
-        parts = [self.root / part / f"{self.cell_id}.parquet" for part in PARTS]
-        return [p for p in parts if p.exists()] + [self.root / "cells" / f"{self.cell_id}.json"]
+        return RunFolder(self.root).cell_files(self.cell_id)
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,7 @@ class MergeConflict(Exception):
 
 def cells_in(root: Path) -> list[CellCopy]:
     out = []
-    for path in sorted((root / "cells").glob("*.json")):
+    for path in RunFolder(root).cell_paths():
         out.append(CellCopy(path.stem, root, read_cell_file(path), path.stat().st_mtime_ns))
     return out
 
@@ -104,8 +103,9 @@ def merge(out: Path, sources: list[Path], prefer: str = "error") -> MergeResult:
     for cell_id, cell in chosen.items():
         if existing.get(cell_id) is cell:
             continue
-        for part in PARTS:  # a replaced cell must not keep the old cell's per-request files
-            (out / part / f"{cell_id}.parquet").unlink(missing_ok=True)
+        target = RunFolder(out)
+        for part in (target.requests_path(cell_id), target.steps_path(cell_id)):  # a replaced cell keeps no old records
+            part.unlink(missing_ok=True)
         for path in cell.files():
             _copy(path, out / path.relative_to(cell.root))
         copied += 1
@@ -149,7 +149,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     for d in (args.out, *args.dirs):
         check_folder(d)  # a symlink loop is named (cli: one line, exit 2)
-    missing = [str(d) for d in args.dirs if not (d / "cells").is_dir()]
+    missing = [str(d) for d in args.dirs if not RunFolder(d).has_cells]
     if missing:
         print(f"speedbench merge: not a results folder (no cells/): {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE

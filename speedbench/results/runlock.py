@@ -4,7 +4,7 @@
   ``..``, so nothing is written outside ``results_dir``; it is also the Hydra resolver
   ``sb_run_dir`` that ``conf/config.yaml`` builds Hydra's own output folders with, so Hydra
   writes nothing either when the run id is refused. ``latest`` is refused too: it is the name of
-  the symlink to the newest run (``run_output.point_latest``), so a run named so would write into
+  the symlink to the newest run (``run.output.point_latest``), so a run named so would write into
   the previous run's folder.
 * :func:`check_writable` proves the folder can take files before any model loads.
 * :class:`CellLocks` takes an exclusive ``flock`` per cell to be measured
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from ..config import ConfigError
+from .layout import LATEST, RunFolder
 
-LATEST = "latest"  # <results_dir>/latest: the symlink to the newest run, never a run id
 TEMP_GRACE_S = 300.0  # temp files of files shared by all jobs (the cell table) younger than this may be live
 
 
@@ -74,14 +74,15 @@ class CellLocks:
     """Exclusive locks on the cells this process is about to measure."""
 
     def __init__(self, root: Path) -> None:
-        self.dir = Path(root) / ".locks"
+        self.folder = RunFolder(root)
+        self.dir = self.folder.locks_dir
         self._held: dict[str, int] = {}
 
     def acquire(self, cell_ids: list[str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         busy: dict[str, str] = {}
         for cid in cell_ids:
-            path = self.dir / f"{cid}.lock"
+            path = self.folder.lock_path(cid)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -121,7 +122,7 @@ def clean_temp(root: Path, own_cells: list[str]) -> list[Path]:
     removed = []
     now = time.time()
     own = tuple(f".{cid}." for cid in own_cells)
-    for folder in (root, root / "cells", root / "requests", root / "steps"):
+    for folder in RunFolder(root).written_dirs:
         if not folder.is_dir():
             continue
         for path in folder.glob(".*.tmp"):

@@ -34,6 +34,7 @@ import pandas as pd
 
 from ..records import STATUS_OK, CellResult, field_names, to_row
 from ..redact import REDACTED, redact
+from .layout import RunFolder
 
 CELL_COLUMNS = field_names(CellResult)
 NUMERIC_COLUMNS = tuple(f.name for f in fields(CellResult) if f.type == "float")
@@ -153,9 +154,8 @@ def atomic_write_parquet(path: Path, frame: pd.DataFrame) -> None:
         raise
 
 
-class ResultsStore:
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+class ResultsStore(RunFolder):
+    """Reads and writes a run folder; every path comes from :class:`~speedbench.results.layout.RunFolder`."""
 
     # -- writing ---------------------------------------------------------------
     def write_cell(self, cell: CellResult, records: Iterable[Any] = (), steps: Iterable[Any] = ()) -> None:
@@ -169,17 +169,17 @@ class ResultsStore:
 
         def own_files() -> None:
             if records:
-                atomic_write_parquet(self.root / "requests" / f"{cid}.parquet", _frame(records))
+                atomic_write_parquet(self.requests_path(cid), _frame(records))
             if steps:
-                atomic_write_parquet(self.root / "steps" / f"{cid}.parquet", _frame(steps))
-            atomic_write_text(self.root / "cells" / f"{cid}.json", dumps(redact(to_row(cell))))
+                atomic_write_parquet(self.steps_path(cid), _frame(steps))
+            atomic_write_text(self.cell_path(cid), dumps(redact(to_row(cell))))
 
         _writing(self.root, f"cell {cid}", own_files)
         self.rebuild_table()
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
-        _writing(self.root, "provenance.json",
-                 lambda: atomic_write_text(self.root / "provenance.json", dumps(redact(provenance))))
+        _writing(self.root, self.provenance_path.name,
+                 lambda: atomic_write_text(self.provenance_path, dumps(redact(provenance))))
 
     def rebuild_table(self) -> pd.DataFrame:
         table = self.cells()
@@ -190,10 +190,10 @@ class ResultsStore:
                     flat[col] = flat[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
 
             def write() -> None:
-                atomic_write_parquet(self.root / "cells.parquet", flat)
-                atomic_write_text(self.root / "cells.csv", flat.to_csv(index=False))
+                atomic_write_parquet(self.table_path("parquet"), flat)
+                atomic_write_text(self.table_path("csv"), flat.to_csv(index=False))
                 atomic_write_text(
-                    self.root / "cells.jsonl", "".join(json.dumps(r, default=_json_default) + "\n" for r in table.to_dict("records"))
+                    self.table_path("jsonl"), "".join(json.dumps(r, default=_json_default) + "\n" for r in table.to_dict("records"))
                 )
 
             _writing(self.root, "the cell table (cells.parquet, cells.csv, cells.jsonl)", write)
@@ -208,24 +208,24 @@ class ResultsStore:
 
     def cell_rows(self) -> list[dict[str, Any]]:
         """Every cell file's row (``read_cell_file``: a corrupt one is named)."""
-        return [read_cell_file(path) for path in sorted((self.root / "cells").glob("*.json"))]
+        return [read_cell_file(path) for path in self.cell_paths()]
 
     def cell(self, cell_id: str) -> dict[str, Any]:
         """One cell's row as written (``{}`` when there is none)."""
-        path = self.root / "cells" / f"{cell_id}.json"
+        path = self.cell_path(cell_id)
         return read_cell_file(path) if path.exists() else {}
 
     def finished(self, cell_id: str) -> bool:
         return self.cell(cell_id).get("status") == STATUS_OK
 
     def requests(self) -> pd.DataFrame:
-        return _concat(self.root / "requests")
+        return _concat(self.requests_dir)
 
     def steps(self) -> pd.DataFrame:
-        return _concat(self.root / "steps")
+        return _concat(self.steps_dir)
 
     def provenance(self) -> dict[str, Any]:
-        path = self.root / "provenance.json"
+        path = self.provenance_path
         if not path.exists():
             return {}
         try:

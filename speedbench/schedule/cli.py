@@ -30,7 +30,7 @@ def _f(x: float) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..report.load import load
+    from ..results.load import load
     from ..results.store import atomic_write_text
     from .pick import ScheduleError, build, dumps
     from .verify import check_folder

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from speedbench.cli import build_parser, split_run_argv
+from speedbench.cli import build_parser
+from speedbench.run.argv import split_run_argv
 from speedbench.results import ResultsStore
 from speedbench.results.store import atomic_write_text
 
@@ -86,7 +87,7 @@ def test_progress_bars_only_when_asked(monkeypatch):
 
 def test_minus_m_and_hydra_flags_anywhere():
     argv, own = split_run_argv(["drafter=ngram", "-m", "run_id=x", "--config-dir", "mine", "--json", "o.json", "b=1"])
-    assert argv == ["-m", "--config-dir", "mine", "drafter=ngram", "run_id=x", "b=1"] and own["json"] == "o.json"
+    assert argv == ["-m", "--config-dir", "mine", "drafter=ngram", "run_id=x", "b=1"] and own.json == "o.json"
 
 
 def test_run_errors_are_one_line(tmp_path):

@@ -64,7 +64,7 @@ def test_run_id_latest_is_refused_and_latest_never_points_to_itself(tmp_path, ca
     one_line(capsys, run(results, "latest"), "run_id='latest'", "reserved")
     assert os.readlink(results / "latest") == "first"  # the previous run's pointer and provenance untouched
     assert (results / "first" / "provenance.json").read_text() == before
-    from speedbench.run_output import point_latest
+    from speedbench.run.output import point_latest
 
     (results / "latest").unlink()
     (results / "latest").mkdir()  # a folder named latest (written before the refusal): never linked to itself

@@ -24,7 +24,7 @@ def logged(tmp_path_factory):
     run = make_run(root, "wb", categories=("coding", "math"), max_new_tokens=8, warmup_batches=0)
     run.logger = LoggerConfig(name="wandb", project="speedbench-test", mode="offline")
     run.drafter.engine_args = {"api_key": SECRET}
-    runner.run_cells(run, progress=False)
+    runner.run_cells(run, progress=False, make_logger=build_logger)
     return root / "wb"
 
 

@@ -6,6 +6,7 @@ import random
 import numpy as np
 import pytest
 
+from speedbench import arrivals
 from speedbench.metrics import latency as ml
 from speedbench.backends.base import GenerateOutput
 from speedbench.config import LoadConfig, SloConfig
@@ -74,16 +75,16 @@ def test_without_send_times_the_pass_wall_time_is_the_window():
 
 
 def test_arrivals_are_seeded_with_the_mean_rate_and_burstiness_sets_their_spread():
-    a = load.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3)
-    assert a == load.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3) and a[0] == 0.0
+    a = arrivals.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3)
+    assert a == arrivals.arrival_times(4000, rate=10.0, burstiness=1.0, seed=3) and a[0] == 0.0
     gaps = np.diff(a)
     assert gaps.mean() == pytest.approx(0.1, rel=0.05) and gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.08)
-    bursty = np.diff(load.arrival_times(4000, rate=10.0, burstiness=0.25, seed=3))
+    bursty = np.diff(arrivals.arrival_times(4000, rate=10.0, burstiness=0.25, seed=3))
     assert bursty.mean() == pytest.approx(0.1, rel=0.1) and bursty.std() / bursty.mean() == pytest.approx(2.0, rel=0.1)
-    assert load.arrival_times(3, rate=math.inf) == [0.0, 0.0, 0.0]
+    assert arrivals.arrival_times(3, rate=math.inf) == [0.0, 0.0, 0.0]
     # Poisson keeps the exact sequence of the earlier expovariate arrivals
     rng = random.Random(5)
-    assert load.interarrival(random.Random(5), 2.0) == rng.expovariate(2.0)
+    assert arrivals.interarrival(random.Random(5), 2.0) == rng.expovariate(2.0)
 
 
 def test_point_requests_cycle_with_their_own_ids():

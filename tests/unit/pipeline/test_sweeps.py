@@ -121,7 +121,7 @@ def test_sweep_job_list_follows_the_sweeper():
     sweeper does (the d_by_b grid times a command-line sweep)."""
     from omegaconf import OmegaConf
 
-    from speedbench.pipeline.sweeps import job_overrides
+    from speedbench.run.sweeps import job_overrides
 
     grid = OmegaConf.load(cli.CONF_DIR / "sweep" / "d_by_b.yaml").hydra.sweeper.params
     cfg = OmegaConf.create({"hydra": {"sweeper": {"params": grid}, "overrides": {"task": ["sweep=d_by_b", "seed=0,1"]}}})

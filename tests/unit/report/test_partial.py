@@ -8,7 +8,7 @@ import pytest
 
 from speedbench.report import build_report
 from speedbench.report import attention_start, attention_tiles, plots
-from speedbench.report.load import load
+from speedbench.results.load import load
 from speedbench.report.modelling import resolve
 
 from tests.support.synthetic_results import shared_results

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from speedbench.report.load import ReportData
+from speedbench.results.load import ReportData
 from speedbench.schedule import cli
 from speedbench.schedule.pick import ScheduleError, build, to_ranges
 from speedbench.schedule.verify import check
@@ -98,7 +98,7 @@ def test_cli_writes_the_json_and_refuses_several_drafters_in_one_line(tmp_path_f
 
 def test_the_report_has_the_schedule_section(tmp_path_factory):
     from speedbench.report.draft_schedule import build as section
-    from speedbench.report.load import load
+    from speedbench.results.load import load
 
     out = tmp_path_factory.mktemp("schedule-report")
     sec = section(load([shared_results(tmp_path_factory)]), out)

@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..results.store import ResultsStore, check_folder
+from .layout import RunFolder
+from .store import ResultsStore, check_folder
 
 MICROBENCH_KINDS = ("gemm", "attention", "verify")
 
@@ -63,10 +64,10 @@ class ReportData:
 def run_folders(paths: list[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(check_folder, paths):
-        if (p / "cells").is_dir() or (p / "microbench").is_dir():
+        if RunFolder(p).has_results:
             out.append(p)
         elif p.is_dir():
-            out += sorted(q for q in p.iterdir() if not q.is_symlink() and ((q / "cells").is_dir() or (q / "microbench").is_dir()))  # not `latest`
+            out += sorted(q for q in p.iterdir() if not q.is_symlink() and RunFolder(q).has_results)  # not `latest`
         else:
             raise FileNotFoundError(f"results folder {p} does not exist")
     if not out:
@@ -105,7 +106,7 @@ def load(paths: list[str | Path]) -> ReportData:
             cells = cells.assign(context_tokens=cells["cell_id"].map(ctx).astype(float), results_dir=str(root))
             frames.append(cells)
         for kind in MICROBENCH_KINDS:
-            path = root / "microbench" / f"{kind}.parquet"
+            path = RunFolder(root).microbench_path(kind)
             if path.exists():
                 micro[kind].append(pd.read_parquet(path).assign(results_dir=str(root)))
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

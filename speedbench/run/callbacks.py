@@ -3,7 +3,7 @@
 ``SweepGate`` runs in the launching process around a multirun, whatever the launcher
 (in-process, submitit local, Slurm):
 
-* ``on_multirun_start`` checks every job before the first one starts (``sweeps.check_jobs``:
+* ``on_multirun_start`` checks every job before the first one starts (``run.sweeps.check_jobs``:
   each job composed as the launcher will, then the validation pass that needs no weights); a
   problem in any job refuses the whole sweep (exit 2, nothing measured, nothing written).
   It then resolves ``run_id`` once, before any job is launched. Hydra copies
@@ -18,57 +18,66 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
-from .pipeline.sweeps import SweepChecked, SweepRefused, SweepVerdict, check_jobs, job_overrides, sweep_verdict
+from ..results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
+from ..results.layout import RunFolder
+from . import verdict as verdicts
+from .sweeps import SweepChecked, SweepRefused, check_jobs, job_overrides
 
 log = logging.getLogger(__name__)
-_LAST: list[SweepVerdict] = []
-_CHECK_ONLY: list[bool] = [False]
 
 
-def set_check_only(on: bool) -> None:
-    """``speedbench run --check``: a multirun stops after every job passed the checks."""
-    _CHECK_ONLY[0] = on
+@dataclass
+class SweepState:
+    """What ``speedbench run`` tells the callback (Hydra builds it from the config, so it cannot be
+    handed arguments) and what the callback hands back: one per process, reset by :func:`start`."""
+
+    check_only: bool = False
+    verdict: verdicts.Verdict | None = None
 
 
-def take_verdict() -> SweepVerdict | None:
+STATE = SweepState()
+
+
+def start(check_only: bool) -> None:
+    """Before an invocation: forget the last sweep's verdict; ``--check``: a multirun stops after
+    every job passed the checks."""
+    STATE.check_only, STATE.verdict = check_only, None
+
+
+def take_verdict() -> verdicts.Verdict | None:
     """The verdict of the multirun that just ended in this process (and forget it)."""
-    return _LAST.pop() if _LAST else None
-
-
-def clear_verdict() -> None:
-    _LAST.clear()
+    found, STATE.verdict = STATE.verdict, None
+    return found
 
 
 class SweepGate(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from .config import ConfigError
-        from .console import release_stderr
+        from ..config import ConfigError
+        from ..console import release_stderr
 
         jobs = job_overrides(config)
         problems = check_jobs(config, jobs)
         if problems:
             raise SweepRefused(ConfigError(problems))
-        if _CHECK_ONLY[0]:
+        if STATE.check_only:
             raise SweepChecked(len(jobs))
         if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
-            from .slurm_states import install_watcher
+            from ..slurm_states import install_watcher
 
             install_watcher()  # job states from squeue where sacct is off (one line, not one per poll)
         release_stderr()  # composition succeeded: the launcher's messages may pass
         log.info("sweep run_id: %s", config.run_id)  # resolving it here pins it for every job
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        root = Path(str(config.results_dir)) / str(config.run_id)
-        from .redact import redact_tree
+        from ..redact import redact_tree
 
-        redact_tree(root / ".hydra")  # multirun.yaml and every job's Hydra files, as the jobs left them
-        verdict = sweep_verdict(root, float(config.sweep.allowed_failure_frac))
-        _LAST[:] = [verdict]
-        log.debug(verdict.message())  # `speedbench run` prints it once, after the sweep's table
+        folder = RunFolder.of(config.results_dir, config.run_id)
+        redact_tree(folder.hydra_dir)  # multirun.yaml and every job's Hydra files, as the jobs left them
+        STATE.verdict = verdicts.of_folder(folder.root, float(config.sweep.allowed_failure_frac))
+        log.debug(STATE.verdict.message())  # `speedbench run` prints it once, after the sweep's table

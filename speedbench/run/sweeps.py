@@ -4,18 +4,13 @@ In a multirun every job measures its own cells, possibly in its own process (sub
 Slurm), so no single job sees the whole sweep. Both checks below run in the launching
 process: :func:`check_jobs` composes each job's configuration exactly as the launcher will
 and runs the run-level validation pass on it (no model loads), so a bad value in the
-seventh job is refused before the first job measures anything; :func:`sweep_verdict` is
-computed once, after all jobs ended, from the cells every job wrote into the shared
-results folder.
+seventh job is refused before the first job measures anything; the verdict
+(:func:`speedbench.run.verdict.of_folder`) is computed once, after all jobs ended, from the
+cells every job wrote into the shared results folder.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from ..records import STATUS_OK
-from ..results.store import ResultsStore
 
 
 class SweepRefused(BaseException):
@@ -62,13 +57,11 @@ def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
     """
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
-    from omegaconf.errors import OmegaConfBaseException
 
     from ..backends.registry import schemas
-    from ..config.hydra import omegaconf_line, to_run_config
-    from ..console import error_line
-    from ..data.errors import DatasetError
-    from . import validation
+    from ..config.hydra import to_run_config
+    from ..pipeline import validation
+    from .errors import refusal_lines
 
     loader = GlobalHydra.instance().hydra.config_loader
     problems: list[str] = []
@@ -79,58 +72,12 @@ def check_jobs(config: Any, jobs: list[list[str]]) -> list[str]:
                 job.hydra.job.num = number
                 job.hydra.job.id = str(number)
             validation.prepare(to_run_config(job, schemas()))
-        except validation.ConfigError as exc:
-            found = exc.problems
-        except OmegaConfBaseException as exc:
-            found = [omegaconf_line(exc)]
-        except (DatasetError, ValueError, FileNotFoundError) as exc:
-            found = [error_line(exc)]
+        except Exception as exc:  # noqa: BLE001 - refusal_lines tells a refusal from a bug
+            found = refusal_lines(exc)
+            if found is None:
+                raise
         else:
             continue
         label = f"job #{number} ({' '.join(overrides)})" if len(jobs) > 1 else f"job #{number}"
         problems += [f"{label}: {p}" for p in found]
     return problems
-
-
-def unfinished_job(exc: BaseException) -> str | None:
-    """The one line for submitit's "a job ended without a result" (``scancel``, a node failure,
-    timed out too often), raised in the launching process; None for any other exception."""
-    if type(exc).__name__ != "UncompletedJobError":
-        return None
-    lines = [line.strip() for line in str(exc).splitlines()[:2] if line.strip()]
-    return (f"a job of the sweep ended without a result ({' '.join(lines) or 'no detail'}); "
-            "rerun the same command to resume: finished cells are kept")
-
-
-@dataclass(frozen=True)
-class SweepVerdict:
-    root: str
-    n_cells: int
-    n_failed: int
-    allowed_failure_frac: float
-
-    @property
-    def failure_frac(self) -> float:
-        return self.n_failed / self.n_cells if self.n_cells else 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.failure_frac <= self.allowed_failure_frac
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.ok else 1
-
-    def message(self) -> str:
-        verb = "within" if self.ok else "beyond"
-        return (
-            f"sweep {self.root}: {self.n_failed} of {self.n_cells} cells failed ({self.failure_frac:.0%}), "
-            f"{verb} sweep.allowed_failure_frac={self.allowed_failure_frac:g}"
-        )
-
-
-def sweep_verdict(root: str | Path, allowed_failure_frac: float) -> SweepVerdict:
-    """Failed cells over all cells of the results folder (cells resumed from earlier runs included)."""
-    table = ResultsStore(root).cells()
-    n_failed = int((table["status"] != STATUS_OK).sum()) if not table.empty else 0
-    return SweepVerdict(str(root), len(table), n_failed, allowed_failure_frac)

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .results.runlock import LATEST
-from .results.store import ResultsStore, atomic_write_text
+from ..results.layout import LATEST, RunFolder
+from ..results.store import ResultsStore, atomic_write_text
 
 SYNTHETIC_BANNER = "backend=synthetic: no model was run; every number below is modelled, not measured"
 
@@ -67,7 +67,7 @@ def point_latest(root: Path) -> Path | None:
     parent = root.parent
     if not root.is_dir() or root.name == LATEST:  # never a pointer to itself (run_id=latest is refused)
         return None
-    link = parent / LATEST
+    link = RunFolder(root).latest_link
     tmp = parent / f".{LATEST}.{os.getpid()}.tmp"
     try:
         if tmp.is_symlink() or tmp.exists():
@@ -90,7 +90,7 @@ def point_latest(root: Path) -> Path | None:
 
 def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
            wandb_dir: Path | None = None) -> None:
-    from .pipeline.summary import format_table
+    from ..pipeline.summary import format_table
 
     root = Path(root)
     data = summary(root, code, verdict)

@@ -1,0 +1,65 @@
+"""The run edge (speedbench/run/): one failure verdict for a run and a sweep, one refusal map,
+cli.py importing only the subcommand it dispatches to, every run-folder path from RunFolder."""
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from speedbench.config import ConfigError
+from speedbench.records import STATUS_FAILED, STATUS_OK
+from speedbench.results.layout import RunFolder
+from speedbench.run import errors, verdict
+from tests.support.sweep_helpers import make_run, subprocess_env
+
+
+def test_one_verdict_rule_for_a_run_and_a_sweep(tmp_path):
+    statuses = [STATUS_OK, STATUS_FAILED, STATUS_OK, STATUS_OK]
+    run = verdict.of_statuses(tmp_path, statuses, 0.2, "run")
+    assert (run.n_cells, run.n_failed, run.ok, run.exit_code) == (4, 1, False, 1)
+    assert run.message() == f"run {tmp_path}: 1 of 4 cells failed (25%), beyond sweep.allowed_failure_frac=0.2"
+    assert verdict.of_statuses(tmp_path, statuses, 0.25, "sweep").exit_code == 0  # at the bound: within
+    assert verdict.of_statuses(tmp_path, [], 0.0, "run").ok  # no cells: nothing failed
+    assert verdict.of_folder(tmp_path, 0.0).n_cells == 0  # an empty folder reads as no cells
+
+
+def test_one_map_from_an_exception_to_a_refusal():
+    assert errors.refusal_lines(ConfigError(["a: bad", "b: worse"])) == ["a: bad", "b: worse"]
+    with pytest.raises(OmegaConfBaseException) as bad:
+        OmegaConf.create({"x": 1}).nope  # noqa: B018 - an OmegaConf error with a key
+    (line,) = errors.refusal_lines(bad.value)
+    assert "\n" not in line
+    assert errors.refusal_lines(FileNotFoundError("prompts.jsonl: no such file\ndetail")) == ["prompts.jsonl: no such file"]
+    assert errors.refusal_lines(RuntimeError("a bug")) is None  # not a refusal: keeps its traceback
+    assert errors.refusal_text(ConfigError(["a: bad", "b: worse"])) == str(ConfigError(["a: bad", "b: worse"]))
+
+
+@pytest.mark.parametrize("argv", [["report", "--help"], ["--help"], ["gate", "--help"]])
+def test_a_subcommand_imports_neither_the_others_nor_the_engines(argv):
+    """Before the split build_parser imported every subcommand: `report --help` loaded
+    fixtures/train (which sets OMP_WAIT_POLICY) and torch."""
+    code = ("import os, sys\nfrom speedbench import cli\n"
+            f"try:\n    cli.main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('speedbench.fixtures.train', 'torch', 'vllm', 'speedbench.run.app') if m in sys.modules]\n"
+            "print('LOADED', bad, os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in subprocess_env().items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "usage: speedbench" in out
+    assert out.strip().endswith("LOADED [] None")
+
+
+def test_the_store_writes_where_run_folder_says(tmp_path):
+    from speedbench.pipeline import runner
+
+    run = make_run(tmp_path, "paths", categories=("coding",), max_new_tokens=4, warmup_batches=0)
+    (cell,) = runner.run_cells(run, progress=False)
+    folder = RunFolder.of(tmp_path, "paths")
+    assert folder.cell_paths() == [folder.cell_path(cell.cell_id)]
+    assert folder.requests_path(cell.cell_id).is_file() and folder.steps_path(cell.cell_id).is_file()
+    assert all(folder.table_path(fmt).is_file() for fmt in ("parquet", "csv", "jsonl"))
+    assert folder.provenance_path.is_file() and folder.lock_path(cell.cell_id).is_file()
+    assert folder.has_cells and not folder.fresh
+    assert sorted(p.name for p in tmp_path.joinpath("paths").iterdir() if not p.name.startswith(".tmp")) == sorted(
+        [folder.cells_dir.name, folder.requests_dir.name, folder.steps_dir.name, folder.provenance_path.name,
+         folder.locks_dir.name, *(folder.table_path(f).name for f in ("parquet", "csv", "jsonl"))])
