@@ -16,20 +16,27 @@ import numpy as np
 
 from ..records import StepRecord
 from .speedup import matrix, paired_speedup
-from .timing import timed_split, tokens_per_step
+from .timing import other_time, timed_split, tokens_per_step
 
 NAN = math.nan
 
 
 def predicted_speedup(t_verify_base: float, t_verify_spec: float, t_draft: float, al: float,
-                      t_accept_base: float = 0.0, t_accept_spec: float = 0.0) -> float:
-    """docs/guidelines.md section 3.1: T_verif(B) * AL / (T_verif(B(1+D)) + T_draft(B, D)).
+                      t_accept_base: float = 0.0, t_accept_spec: float = 0.0,
+                      t_other_base: float = 0.0, t_other_spec: float = 0.0) -> float:
+    """docs/guidelines.md section 3.1:
+    (T_verif(B) + T_other) * AL / (T_verif(B(1+D)) + T_draft(B, D) + T_other').
 
     A verification is the target's forward plus its acceptance rule (sampling, rejection,
     cache roll-back: ``t_accept``), as in vLLM's runner; an engine whose split has no separate
-    acceptance time passes 0 and folds it into ``t_verify``.
+    acceptance time passes 0 and folds it into ``t_verify``. ``T_other`` / ``T_other'``: the
+    engine's per-step work outside the forwards (scheduling, sampling set-up, output processing,
+    the harness loop) on the baseline's and the speculative side, measured from the same steps:
+    in the baseline's time per token, shared over AL tokens on the speculative side. 0 where an
+    engine does not time it (the formula without it).
     """
-    base, denom = t_verify_base + t_accept_base, t_verify_spec + t_accept_spec + t_draft
+    base = t_verify_base + t_accept_base + t_other_base
+    denom = t_verify_spec + t_accept_spec + t_draft + t_other_spec
     if any(math.isnan(x) for x in (base, denom, al)) or denom <= 0:
         return NAN
     return base * al / denom
@@ -51,8 +58,8 @@ def _or_zero(x: float) -> float:
 
 
 def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[StepRecord]) -> np.ndarray:
-    """Per (request, repeat): T_verif(B) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D)) from that pair's steps
-    (each verification with its acceptance step, ``predicted_speedup``)."""
+    """Per (request, repeat): (T_verif(B) + T_other) * tokens/step / (T_verif(B(1+D)) + T_draft(B, D) + T_other')
+    from that pair's steps (each verification with its acceptance step, ``predicted_speedup``)."""
     def group(steps):
         out: dict = {}
         for s in steps:
@@ -68,7 +75,8 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
 
         values[key] = predicted_speedup(vb, vs, _or_zero(_mean([s.t_draft for s in gs[key]])), tokens_per_step(gs[key]),
                                         _or_zero(_mean([s.t_accept for s in gb[key]])),
-                                        _or_zero(_mean([s.t_accept for s in gs[key]])))
+                                        _or_zero(_mean([s.t_accept for s in gs[key]])),
+                                        _or_zero(max(other_time(gb[key]), 0.0)), _or_zero(max(other_time(gs[key]), 0.0)))
     return matrix(values) if values else np.empty((0, 0))
 
 
@@ -85,4 +93,5 @@ def prediction_columns(base, spec, confidence: float = 0.95) -> PredictionColumn
         return PredictionColumns(paired_speedup(predicted_ratios(base.steps, spec.steps), confidence, 0).point)
     split, base_split = parts
     return PredictionColumns(predicted_speedup(base_split.get("verify", NAN), split["verify"], split["draft"],
-                                               tokens_per_step(spec.steps), base_split.get("accept", 0.0), split["accept"]))
+                                               tokens_per_step(spec.steps), base_split.get("accept", 0.0), split["accept"],
+                                               _or_zero(base_split.get("other", NAN)), _or_zero(split.get("other", NAN))))

@@ -187,3 +187,18 @@ def test_installed_vllm_knows_the_methods_speedbench_names():
     from speedbench.backends.vllm.spec import supported_methods
 
     assert {"ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix", "medusa", "dflash", "dspark"} <= supported_methods()
+
+
+def test_continuous_batching_caps_the_engine_at_c_and_keeps_greedy_output(runs, engine_models):
+    """backend.options.batching=continuous on a real engine: every request of the pass submitted at once to an
+    engine of max_num_seqs = C (here 2 for 3 requests, so vLLM's scheduler batches them), output unchanged."""
+    cont = make_backend("vllm", engine_models["target"], {"batching": "continuous", "max_engines": 1})
+    try:
+        out = generate(cont, "ngram", None, batch_size=2)
+        (engine,) = cont.engines._engines.values()
+        assert engine.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs == 2
+    finally:
+        cont.close()
+    static = {r.request_id: r.output_ids for r in runs["vllm", "ngram"].requests}
+    assert {r.request_id: r.output_ids for r in out.requests} == static
+    assert _al(out) == pytest.approx(_al(runs["vllm", "ngram"]))

@@ -57,6 +57,9 @@ def test_predicted_speedup_formula():
     # T_verif(B)=10, T_verif(B(1+D))=12, T_draft=4, AL=3.2 -> 10*3.2/16 = 2.0
     assert metrics.predicted_speedup(10, 12, 4, 3.2) == pytest.approx(2.0)
     assert math.isnan(metrics.predicted_speedup(math.nan, 12, 4, 3.2))
+    # the per-step work outside the forwards: in the baseline's time per token, shared over AL tokens with speculation
+    assert metrics.predicted_speedup(10, 12, 4, 3.2, t_other_base=4, t_other_spec=4) == pytest.approx(14 * 3.2 / 20)
+    assert metrics.predicted_speedup(10, 12, 4, 3.2, t_other_base=4, t_other_spec=4) > metrics.predicted_speedup(10, 12, 4, 3.2)
     assert metrics.low_latency_speedup(3.0, 0.25, 4) == pytest.approx(1.5)
 
 

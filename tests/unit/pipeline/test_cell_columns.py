@@ -86,4 +86,5 @@ def test_prediction_from_a_separately_timed_split_is_filled(tmp_path):
     cell = assemble_cell(key, base, spec, warmup_s=0.0, device="cpu", n_gpus=1)
     assert cell.t_verify_ms == 6.0 and cell.t_verify_ms_baseline == 5.0
     assert math.isfinite(cell.speedup_predicted)
-    assert abs(cell.speedup_predicted - 5.5 * 3 / 7.5) < 1e-9  # T_verif(B) * AL / (T_verif(B(1+D)) + T_draft)
+    # (T_verif(B) + T_other) * AL / (T_verif(B(1+D)) + T_draft + T_other'): verify with its accept, 1 ms other each
+    assert abs(cell.speedup_predicted - (5.5 + 1.0) * 3 / (7.5 + 1.0)) < 1e-9
