@@ -42,6 +42,8 @@ class NgramDrafter(Drafter):
         batch = history.tokens.shape[0]
         tokens = torch.zeros(batch, num_tokens, dtype=torch.long, device=self.device)
         counts = torch.zeros(batch, dtype=torch.long, device=self.device)
+        if num_tokens == 0:  # a K=0 step of a schedule is a plain decode step: no lookup (it cost 10% of a step)
+            return Proposal(tokens=tokens, n_proposed=counts)
         for b in range(batch):
             found = lookup(history.row(b), self.n_min, self.n_max, num_tokens)
             tokens[b, : found.numel()] = found

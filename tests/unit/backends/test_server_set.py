@@ -130,3 +130,23 @@ def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
         "base_url": "http://127.0.0.1:8000/v1", "server_command": [], "ready_timeout_s": 0}), 1)
     assert any("backend=openai to attach" in p for p in problems)
     assert any("server_command" in p for p in problems) and any("ready_timeout_s" in p for p in problems)
+
+
+def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_nothing(tmp_path):
+    """A harness-started server that exits before it is ready (a bad flag, a missing model) is data: every cell of
+    the job is recorded failed, naming the server and its log, and no server process is left."""
+    from speedbench.pipeline import runner
+    from speedbench.results import ResultsStore
+    from tests.support.sweep_helpers import make_run
+
+    opts = {"server_command": [sys.executable, "-c", "import sys; print('no such flag'); sys.exit(3)"],
+            "vllm_flags": False, "ready_timeout_s": 60}
+    run = make_run(tmp_path, "s", backend=BackendConfig(name="vllm_serve", options=opts))
+    try:
+        cells = runner.run_cells(run, progress=False)
+    finally:
+        runner.close_backends()
+    assert cells and all(c.status == "failed" for c in cells)
+    assert all(c.error.startswith("start: RuntimeError: server ") and "exited with code 3" in c.error for c in cells)
+    assert "no such flag" in (tmp_path / "s" / "engine-logs" / "server-baseline.log").read_text()
+    assert len(ResultsStore(tmp_path / "s").cells()) == len(cells)  # recorded, not lost
