@@ -60,7 +60,7 @@ def test_every_guidelines_citation_points_at_the_shipped_theory():
     import re
 
     theory = (REPO / "docs" / "guidelines.md").read_text(encoding="utf-8")
-    for needle in ("T_verif(B) · AL / ( T_verif(B(1 + D)) + T_draft(B, D) )", "AL / (1 + ρ·D)", "### 3.3 Round accounting",
+    for needle in ("(T_verif(B) + T_other) · AL / ( T_verif(B(1 + D)) + T_draft(B, D) + T_other' )", "AL / (1 + ρ·D)", "### 3.3 Round accounting",
                    "160 / 65 = 2.46×", *(f"### G{i}:" for i in range(1, 6))):
         assert needle in theory, needle
     sections = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", theory, re.M))
