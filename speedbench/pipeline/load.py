@@ -31,7 +31,7 @@ from ..records import Request
 def active(load) -> bool:
     """True when any load option that changes what is measured is set."""
     return (load.concurrency is not None or math.isfinite(load.request_rate) or load.num_requests is not None
-            or getattr(load, "duration_s", None) is not None)
+            or load.duration_s is not None)
 
 
 def in_flight(run) -> int:
@@ -44,7 +44,7 @@ def identity(load) -> dict[str, Any] | None:
     if not active(load):
         return None
     ident: dict[str, Any] = {"concurrency": load.concurrency, "num_requests": load.num_requests}
-    if getattr(load, "duration_s", None) is not None:
+    if load.duration_s is not None:
         ident["duration_s"] = float(load.duration_s)
     if math.isfinite(load.request_rate):
         ident |= {"request_rate": float(load.request_rate), "burstiness": float(load.burstiness)}
@@ -74,7 +74,7 @@ def sized_requests(run, warm_requests_s: float | None) -> tuple[int | None, dict
     ``load.duration_s`` (open loop: rate x duration; closed loop: the baseline warm-up's requests/s
     x duration, at least the in-flight bound)."""
     ld = run.load
-    duration = getattr(ld, "duration_s", None)
+    duration = ld.duration_s
     if duration is None:
         return ld.num_requests, None
     if math.isfinite(ld.request_rate):
@@ -108,7 +108,7 @@ def load_problems(run) -> list[str]:
         p.append(f"load.concurrency must be an integer >= 1 (or unset), got {ld.concurrency!r}")
     if bad_int("num_requests", ld.num_requests, 1):
         p.append(f"load.num_requests must be an integer >= 1 (or unset), got {ld.num_requests!r}")
-    duration = getattr(ld, "duration_s", None)
+    duration = ld.duration_s
     if duration is not None:
         if not (isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 < duration < math.inf):
             p.append(f"load.duration_s must be a positive number of seconds (or unset), got {duration!r}")

@@ -236,35 +236,33 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
                          device=str(part_cells[0].get("device", "cpu")), n_gpus=run.n_gpus, run=run, notes=notes)
 
 
-class _NotStarted(Exception):
-    """The backend's engines or servers did not start (the reason is the cells' error)."""
-
-
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
     backend = get_backend(run)
     backend.attach_run_folder(store.root)
     try:  # a server or engine that cannot start: every cell is recorded failed with the reason, nothing else lost
         backend.ready(run.drafter, in_flight(run))
-        started = None
+        not_started = None
     except Exception as exc:  # noqa: BLE001 - recorded in the cells, named in the run's summary
         log.exception("engine start failed")
-        started = f"start: {type(exc).__name__}: {exc}"
+        not_started = f"start: {type(exc).__name__}: {exc}"
     info = backend.info()
     device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
     store.write_provenance(provenance.collect(run, info, device))
-    try:
-        if started:
-            raise _NotStarted(started)
-        warmup_s, warm_rate = warm_up(backend, run, requests)
-    except Exception as exc:  # the engine cannot run at all: record every cell as failed
-        reason = str(exc) if isinstance(exc, _NotStarted) else f"warm-up: {type(exc).__name__}: {exc}"
-        if not isinstance(exc, _NotStarted):
-            log.exception("warm-up failed")
+
+    def all_failed(reason: str) -> list[CellResult]:
         cells = [failed_cell(k, reason, device, n_gpus, run, r, prepared) for k, r in todo]
         for c in cells:
             store.write_cell(c)
             logger.log_cell(c, store)
         return cells
+
+    if not_started:
+        return all_failed(not_started)
+    try:
+        warmup_s, warm_rate = warm_up(backend, run, requests)
+    except Exception as exc:  # the engine cannot run at all: record every cell as failed
+        log.exception("warm-up failed")
+        return all_failed(f"warm-up: {type(exc).__name__}: {exc}")
 
     cells = []
     bars = _Progress(todo, progress, run)
