@@ -122,7 +122,7 @@ class BackendConfig:
     name: str = "torch"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     impl: str = "auto"  # torch backend: auto (lean when supported) | lean | hf
-    num_threads: Optional[int] = None  # torch CPU threads for the in-process engines (torch, hf)
+    num_threads: Optional[int] = None  # torch CPU threads for the in-process engines (torch, hf; vllm with options.lockstep on a CPU)
     options: Any = field(default_factory=dict)
 
 

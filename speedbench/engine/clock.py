@@ -3,7 +3,7 @@
 Every timestamp is taken after the device has finished (``Clock.now``).
 
 :class:`Lockstep` runs the baseline and the speculative pass of one block *together*: each
-on a thread of its own, exactly one running at any moment, handing over at iteration
+a greenlet on the calling thread, exactly one running at any moment, handing over at iteration
 boundaries (``Clock.checkpoint``). The one behind in output (turns done + the share of
 ``max_new_tokens`` its rows have) goes next, so about AL baseline iterations run for each
 speculative one and both passes end together. Each pass reads its *own* clock, which only
@@ -19,9 +19,10 @@ import threading
 import time
 from typing import Any, Callable
 
+import greenlet
 import torch
 
-_current = threading.local()  # .slot = (Lockstep, role) while a thread runs a lockstep pass
+_current = threading.local()  # .slot = (Lockstep, role) while a lockstep pass runs on this thread
 
 
 def own_time() -> float:
@@ -58,25 +59,28 @@ class Clock:
             slot[0].checkpoint(slot[1], progress)
 
 
-class LockstepStopped(BaseException):
-    """Raised in a lockstep pass's thread at its next iteration boundary once the caller stopped
-    waiting (Ctrl-C): no engine thread is left running torch when the interpreter exits (which
-    aborts with "terminate called without an active exception")."""
-
-
 class Lockstep:
-    """Two jobs (``{role: callable}``), one thread each, taking turns at ``Clock.checkpoint``."""
+    """Two jobs (``{role: callable}``) taking turns at ``Clock.checkpoint``, each a greenlet on the
+    calling thread.
+
+    One OS thread runs both passes, so an engine's native thread pool is the one it was built
+    with: vLLM's CPU worker runs its forwards on the OpenMP team of the thread that built the
+    engine, and a second thread issuing forwards gets a second team, which on a small CPU puts
+    more OpenMP threads than cores in the process; libgomp then stops spinning between parallel
+    regions and a step of the tiny target took 8 ms instead of 4.5 ms (2 cores). A handover is a
+    greenlet switch (microseconds) outside both clocks; a pass that is not running is suspended
+    inside ``checkpoint``, at an iteration boundary, never inside a native call.
+    """
 
     def __init__(self, first: str, second: str) -> None:
         self.roles = (first, second)
-        self._cv = threading.Condition()
-        self._stop = False
         self._turn = first
         self._alive = {first, second}
         self._own = {first: 0.0, second: 0.0}
         self._since = {first: 0.0, second: 0.0}
         self._calls = {first: 0, second: 0}
         self._progress = {first: 0.0, second: 0.0}
+        self._driver: greenlet.greenlet | None = None
 
     def _partner(self, role: str) -> str:
         return self.roles[1] if role == self.roles[0] else self.roles[0]
@@ -89,62 +93,45 @@ class Lockstep:
         self._progress[role] = self._calls[role] - 1.0
 
     def checkpoint(self, role: str, progress: float) -> None:
-        if self._stop:
-            raise LockstepStopped
         self._progress[role] = self._calls[role] - 1.0 + min(max(progress, 0.0), 1.0)
         other = self._partner(role)
         if other not in self._alive or self._progress[role] < self._progress[other]:
             return  # alone, or still behind: keep the turn
         self._own[role] += time.perf_counter() - self._since[role]
-        with self._cv:
-            self._turn = other
-            self._cv.notify_all()
-            self._cv.wait_for(lambda: self._turn == role or other not in self._alive or self._stop)
-        if self._stop:
-            raise LockstepStopped
+        self._turn = other
+        self._driver.switch()  # back here when the partner hands the turn back (or ends)
         self._since[role] = time.perf_counter()
-
-    def _job(self, role: str, fn: Callable[[], Any], out: dict, errors: dict) -> None:
-        with self._cv:
-            self._cv.wait_for(lambda: self._turn == role or self._partner(role) not in self._alive or self._stop)
-            if self._stop:  # stopped before its first turn
-                self._alive.discard(role)
-                self._cv.notify_all()
-                return
-        _current.slot = (self, role)
-        self._since[role] = time.perf_counter()
-        try:
-            out[role] = fn()
-        except BaseException as exc:  # re-raised on the caller's thread
-            errors[role] = exc
-        finally:
-            _current.slot = None
-            self._own[role] += time.perf_counter() - self._since[role]
-            with self._cv:
-                self._alive.discard(role)
-                self._turn = self._partner(role)
-                self._cv.notify_all()
 
     def run(self, jobs: dict[str, Callable[[], Any]]) -> dict[str, Any]:
-        """Run both jobs to the end; their results by role (a job's exception is raised here)."""
+        """Run both jobs to the end; their results by role. A job's exception is raised here once its
+        partner has run to its end alone; an interrupt (Ctrl-C) stops both at once and propagates."""
         out: dict[str, Any] = {}
-        errors: dict[str, BaseException] = {}
-        threads = [threading.Thread(target=self._job, args=(role, jobs[role], out, errors), daemon=True,
-                                    name=f"speedbench-lockstep-{role}") for role in self.roles]
-        for t in threads:
-            t.start()
+        errors: dict[str, Exception] = {}
+
+        def body(role: str) -> None:
+            self._since[role] = time.perf_counter()
+            try:
+                out[role] = jobs[role]()
+            except Exception as exc:  # re-raised by run() once the partner is done
+                errors[role] = exc
+            finally:
+                self._own[role] += time.perf_counter() - self._since[role]
+                self._alive.discard(role)
+
+        self._driver = greenlet.getcurrent()
+        passes = {role: greenlet.greenlet(lambda role=role: body(role), parent=self._driver) for role in self.roles}
+        outer = getattr(_current, "slot", None)
         try:
-            with self._cv:  # not Thread.join: a join interrupted by Ctrl-C can forget its thread (bpo-45274)
-                while self._alive:
-                    self._cv.wait(0.5)  # wakes for KeyboardInterrupt
-        except BaseException:  # Ctrl-C: both passes stop at their next iteration boundary, then it propagates
-            with self._cv:
-                self._stop = True
-                self._cv.notify_all()
-                self._cv.wait_for(lambda: not self._alive, timeout=30)
-            raise
-        for t in threads:
-            t.join()
+            while self._alive:
+                role = self._turn if self._turn in self._alive else next(r for r in self.roles if r in self._alive)
+                self._turn = role
+                _current.slot = (self, role)
+                passes[role].switch()  # returns when it hands over or ends; an interrupt propagates from here
+        finally:
+            _current.slot = outer
+            for g in passes.values():  # after an interrupt: unwind a suspended pass from its checkpoint
+                if g and not g.dead:
+                    g.throw(greenlet.GreenletExit)
         for role in self.roles:
             if role in errors:
                 raise errors[role]

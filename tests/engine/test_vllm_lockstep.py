@@ -12,9 +12,9 @@ import pytest
 pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = r'''
-import json, math, sys
+import json, math, sys, threading
 from tests.support.engine_support import drafter, make_backend, requests
-from speedbench.backends.base import GenerateSpec
+from speedbench.backends.base import GenerateSpec, default_cpu_threads
 from speedbench.config import SamplingConfig
 from speedbench.engine.clock import Lockstep
 from speedbench.pipeline import conversations, protocol
@@ -26,11 +26,12 @@ if __name__ == "__main__":
     specs = {role: GenerateSpec(drafter(m), 3, SamplingConfig(), 16, True, role)
              for role, m in (("baseline", "none"), ("spec", "ngram"))}
     alone = {role: conversations.generate(b, reqs, s) for role, s in specs.items()}  # starts both engines
-    order = []
+    order, threads = [], set()
     for role, s in specs.items():  # which engine steps, in order (the engines' own step, counted)
         eng = b.engines.get(s.drafter, b.engine_seqs(3)).llm.llm_engine
         def logged(step=eng.step, role=role):
             order.append(role)
+            threads.add(threading.get_ident())
             return step()
         eng.step = logged
     paired = Lockstep("baseline", "spec").run({role: (lambda s=s: conversations.generate(b, reqs, s)) for role, s in specs.items()})
@@ -45,6 +46,8 @@ if __name__ == "__main__":
         "drafts": sum(x.n_drafts for x in paired["spec"].requests),
         "accepted": sum(x.accepted for x in paired["spec"].requests),
         "timed_steps": sum(1 for s in paired["spec"].steps if math.isfinite(s.t_verify)),
+        "on_builder_thread": threads == {threading.main_thread().ident},
+        "torch_threads": b.info()["torch_threads"], "cpu_threads": default_cpu_threads(),
     }
     b.close()
     print("RESULT " + json.dumps(out))
@@ -65,3 +68,7 @@ def test_vllm_lockstep_prototype_steps_both_engines_in_turn(tmp_path, engine_mod
     assert out["switches"] >= 4, out
     assert out["steps"]["baseline"] > out["steps"]["spec"]  # more tokens per speculative step
     assert out["drafts"] > 0 and out["accepted"] > 0 and out["timed_steps"] > 0
+    # every step on the thread that built the engines: a second thread issuing forwards gets a second
+    # OpenMP team, and with more OpenMP threads than cores a step took 8 ms instead of 4.5 ms
+    assert out["on_builder_thread"], out
+    assert out["torch_threads"] == out["cpu_threads"]  # the reference engine's rule (1 on a small CPU)

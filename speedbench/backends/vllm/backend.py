@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import models
 from ...models import local_dir
-from ..base import Backend, GenerateSpec, Session
+from ..base import Backend, GenerateSpec, Session, default_cpu_threads
 from . import profile as vllm_profile
 from . import stepped
 from .engines import EnginePool
@@ -49,6 +49,10 @@ class VllmBackend(Backend):
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
         if self.settings.lockstep:  # the engine cores in this process: LLMEngine.step() = one iteration
             os.environ[stepped.ENV] = "0"
+            if self.settings.on_cpu:  # the forwards run on this process's torch threads now (stepped.py)
+                import torch
+
+                torch.set_num_threads(self.engine.num_threads or default_cpu_threads())
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
@@ -84,7 +88,13 @@ class VllmBackend(Backend):
             "llm_args": {k: v for k, v in s.llm_args.items()}, "max_engines": s.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
             "profile_split": s.profile, "timers": s.timers,
-        } | ({"lockstep": True} if s.lockstep else {})  # the prototype's mark; nothing new when it is off
+        } | ({"lockstep": True, "torch_threads": _torch_threads()} if s.lockstep else {})  # the prototype's mark; nothing new when it is off
 
     def session(self, spec: GenerateSpec) -> Session:
         return VllmSession(self, spec)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
