@@ -52,7 +52,12 @@ class VllmBackend(Backend):
             if self.settings.on_cpu:  # the forwards run on this process's torch threads now (stepped.py)
                 import torch
 
-                torch.set_num_threads(self.engine.num_threads or default_cpu_threads())
+                threads = self.engine.num_threads or default_cpu_threads()
+                torch.set_num_threads(threads)
+                # vLLM's n-gram proposer (numba) sets numba's thread count around every call and
+                # back to numba's default, which also resets this thread's OpenMP count: numba's
+                # default is read from this variable when vLLM first imports numba
+                os.environ["NUMBA_NUM_THREADS"] = str(threads)
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
@@ -98,3 +103,4 @@ def _torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
