@@ -188,6 +188,11 @@ class Backend(ABC):
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
+    # True: its passes compute under torch.inference_mode (a lockstep then holds it around both: the
+    # two passes are greenlets on one thread, whose grad-mode state they share)
+    inference_passes: ClassVar[bool] = False
+    # why its passes cannot step in turn (extra.protocol.why_pass of its cells)
+    no_lockstep: ClassVar[str] = "its loop runs a batch to its end: no iteration boundary to hand over at"
     submits_all: bool = False  # True: a pass submits every request at once (continuous batching): one block per cell
     tokenizer: Any = None
 

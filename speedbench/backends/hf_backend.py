@@ -18,6 +18,12 @@ convention) and the time of each side: draft = ``get_candidates``; verify = from
 strategy update (target forward + HF's acceptance). Step times come from a streamer (one
 ``put`` per target iteration). The first iteration also prefills the prompt: its times are NaN.
 
+Lockstep (``protocol.interleave=step``): each streamer put is an iteration boundary where the
+partner pass may take its turn; the two passes share the model, so each assisted call finds its
+pass's recorder by lockstep role. Sampling draws from torch's global generator (seeded per
+turn), so in lockstep the two passes' draws interleave: sampled outputs are valid draws but not
+the ones of passes run back to back (greedy outputs are the same).
+
 ``backend.options.full_drafts`` (default true): HF drafts fewer than D when fewer than D + 1
 tokens remain; vLLM and the reference engine always draft D and truncate. true lets HF's
 drafter draft D there too, so AL means the same on every engine; false keeps HF's own rule.
@@ -30,24 +36,30 @@ from typing import Any
 import torch
 
 from .. import models
-from ..engine.clock import Clock
+from ..engine.clock import Clock, current_role
 from .base import (NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult,
                    finish_reason)
 
 
 class StepStreamer:
-    """Receives the tokens each target iteration emits (``generate(streamer=...)``); the first put is the prompt."""
+    """Receives the tokens each target iteration emits (``generate(streamer=...)``); the first put is the prompt.
 
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
+    Each put is an iteration boundary: in a lockstep (``protocol.interleave=step``) the partner
+    pass may take its turn there (``Clock.checkpoint``), after this iteration's time is read."""
+
+    def __init__(self, clock: Clock, max_new_tokens: int) -> None:
+        self.clock, self.max_new_tokens = clock, max(1, max_new_tokens)
         self.puts: list[tuple[float, int]] = []
         self._prompt_seen = False
+        self._emitted = 0
 
     def put(self, value) -> None:
         if not self._prompt_seen:
             self._prompt_seen = True
             return
         self.puts.append((self.clock.now(), int(value.numel())))
+        self._emitted += int(value.numel())
+        self.clock.checkpoint(self._emitted / self.max_new_tokens)
 
     def end(self) -> None:
         pass
@@ -95,6 +107,8 @@ class CandidateRecorder:
 class HFBackend(Backend):
     in_process = True
     name = "hf"
+    lockstep = True  # the streamer's put is an iteration boundary (StepStreamer)
+    inference_passes = True
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
@@ -107,6 +121,10 @@ class HFBackend(Backend):
         self.model = models.load_model(t.path, t.dtype, self.device, t.revision, t.trust_remote_code)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self.full_drafts = bool(engine.options.full_drafts)
+        # the candidate generator of each assisted call, wrapped by the recorder of the pass that made it
+        self._recorders: dict[str | None, CandidateRecorder] = {}
+        original = self.model._get_candidate_generator
+        self.model._get_candidate_generator = lambda *a, **k: self._recorders[current_role()].attach(original(*a, **k))
 
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
@@ -160,20 +178,21 @@ class HFBackend(Backend):
 
     def turn(self, prompt: list[int], spec: GenerateSpec, assist: dict[str, Any]) -> TurnResult:
         ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        streamer = StepStreamer(self.clock)
+        streamer = StepStreamer(self.clock, spec.max_new_tokens)
         greedy = spec.sampling.temperature <= 0
         recorder = CandidateRecorder(self.clock, greedy, spec.drafter.num_speculative_tokens + 1 if self.full_drafts else 0)
-        original = self.model._get_candidate_generator
-        self.model._get_candidate_generator = lambda *a, **k: recorder.attach(original(*a, **k))
+        role = current_role()  # the two passes of a lockstep share the model: each finds its own recorder
+        self._recorders[role] = recorder
         torch.manual_seed(spec.sampling.seed)
         try:
+            self.clock.begin()
             t_start = self.clock.now()
             out = self.model.generate(
                 ids, attention_mask=torch.ones_like(ids), generation_config=self._generation_config(spec),
                 streamer=streamer, **assist,
             )
         finally:
-            del self.model._get_candidate_generator  # back to the class's method
+            del self._recorders[role]
         output = out[0, len(prompt) :].tolist()
         puts = streamer.puts
         if not puts:

@@ -88,7 +88,7 @@ class Server:
             sink.flush()
             self._t0 = time.perf_counter()
             self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=_die_with_parent())
+                                         start_new_session=True, preexec_fn=_die_with_parent(), env=child_env())
         with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
             sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
         with _LOCK:
@@ -246,3 +246,11 @@ def _install_handlers() -> None:
                 os.kill(os.getpid(), signum)
 
         signal.signal(sig, handler)
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment less what the harness set for engines stepped in this process
+    (``backends.vllm.stepped``): a server runs its engine as vLLM would by default."""
+    from .vllm.stepped import harness_env
+
+    return {k: v for k, v in os.environ.items() if harness_env().get(k) != v}

@@ -25,6 +25,7 @@ from .base import default_cpu_threads, Backend, GenerateSpec, Session, StepCount
 class TorchBackend(Backend):
     in_process = True
     lockstep = True
+    inference_passes = True
     name = "torch"
 
     def __init__(self, target, engine, seed: int = 0) -> None:

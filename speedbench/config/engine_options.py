@@ -38,9 +38,10 @@ class VllmOptions:
     # static: one LLM.generate per batch of B (or load.concurrency C); continuous: every request of a
     # pass in one LLM.generate, the engine batching up to max_num_seqs = C itself
     batching: str = "static"
-    # prototype, off by default: step-level lockstep of the baseline and speculative engines (both in this
-    # process, stepped through LLMEngine.add_request/step; protocol.interleave=step); see backends/vllm/stepped.py
-    lockstep: bool = False
+    # step-level lockstep of the baseline and speculative engines (both in this process, stepped through
+    # LLMEngine.add_request/step; protocol.interleave=step; backends/vllm/stepped.py): auto (on for the CPU
+    # build with one worker; CUDA not yet measured) | true | false (ABBA pass against pass)
+    lockstep: str = "auto"
 
     def problems(self) -> list[str]:
         """Every value checked here, once (``VllmBackend.preflight`` reports them)."""
@@ -50,7 +51,16 @@ class VllmOptions:
         p += choice_problem("profile_split", self.profile_split, ("auto", "true", "false"), lower=True)
         p += choice_problem("timers", self.timers, ("auto", "measured", "separate", "false"), lower=True)
         p += choice_problem("batching", self.batching, ("static", "continuous"))
+        p += choice_problem("lockstep", self.lockstep, ("auto", "true", "false"), lower=True)
+        if str(self.lockstep).lower() == "true" and self.parallel_workers() > 1:
+            p.append("backend.options.lockstep=true needs one worker (the engine steps in this process); "
+                     f"engine_args asks for {self.parallel_workers()} (tensor/pipeline parallel): use lockstep=auto or false")
         return p
+
+    def parallel_workers(self) -> int:
+        """Worker processes the engine_args ask for (tensor x pipeline parallel size)."""
+        a = self.engine_args or {}
+        return int(a.get("tensor_parallel_size", 1) or 1) * int(a.get("pipeline_parallel_size", 1) or 1)
 
 
 @dataclass

@@ -147,10 +147,11 @@ INTERLEAVE = ("step", "pass")
 class ProtocolConfig:
     """How a cell is measured (``pipeline.protocol``); not part of a cell's identity.
 
-    ``interleave=step`` (engines that can, i.e. the reference engine): a block's baseline and
-    speculative passes run in lockstep, taking turns at iteration boundaries, each on its own
-    clock (``engine.clock.Lockstep``). ``pass`` (every other engine, and on request): the two
-    passes of a block run back to back. Either way blocks go in ABBA order (a block = one batch
+    ``interleave=step`` (engines that can: the reference engine, HF generate, offline vLLM on its
+    CPU build): a block's baseline and speculative passes run in lockstep, taking turns at
+    iteration boundaries, each on its own clock (``engine.clock.Lockstep``). ``pass`` (every other
+    engine, and on request; each cell's ``extra.protocol.why_pass`` says why): the two passes of
+    a block run back to back. Either way blocks go in ABBA order (a block = one batch
     of B requests; for servers, the whole cell), repeated until the speedup's interval
     measurement noise (interval half-width with the prompts held fixed) is within
     ``target_rel_half_width`` of it (after ``min_repeats``), or ``max_repeats`` or the cell's

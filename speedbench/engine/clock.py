@@ -31,6 +31,12 @@ def own_time() -> float:
     return slot[0].own_time(slot[1]) if slot else time.perf_counter()
 
 
+def current_role() -> str | None:
+    """The lockstep role of the running pass (None outside a lockstep)."""
+    slot = getattr(_current, "slot", None)
+    return slot[1] if slot else None
+
+
 class Clock:
     """``now()`` syncs the device (CUDA) before reading the pass's clock; on CPU it is a plain read."""
 

@@ -6,12 +6,15 @@ each block runs its baseline pass (A) and its speculative pass (B), the one star
 alternating from block to block and flipping from repeat to repeat (ABBA). How the two
 passes of a block share time (``protocol.interleave``):
 
-* ``step`` (engines whose loop can take turns: the reference engine): in lockstep, handing
-  over at every few iterations so both passes end together, each on its own clock
-  (``engine.clock.Lockstep``). Machine speed that drifts at every time scale (a shared CPU)
-  hits both sides of a pair within milliseconds, so it cancels in the ratio.
-* ``pass`` (every other engine): back to back, so drift slower than a pass cancels. Repeats go on until the speedup's
-measurement noise (``metrics.paired_speedup`` with the prompts held fixed) is within
+* ``step`` (engines whose loop can take turns: the reference engine, HF generate, offline
+  vLLM's CPU build): in lockstep, handing over at every few iterations so both passes end
+  together, each on its own clock (``engine.clock.Lockstep``). Machine speed that drifts at
+  every time scale (a shared CPU) hits both sides of a pair within milliseconds, so it cancels
+  in the ratio.
+* ``pass`` (every other engine; ``why_pass`` says why, in each cell's ``extra.protocol``):
+  back to back, so drift slower than a pass cancels.
+
+Repeats go on until the speedup's measurement noise (``metrics.paired_speedup`` with the prompts held fixed) is within
 ``protocol.target_rel_half_width`` of it,
 after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has used
 ``budget_s`` seconds. Every pass of every repeat is kept in the results (``repeat`` column).
@@ -25,11 +28,13 @@ stable cells only.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
 from .. import metrics
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
@@ -125,7 +130,18 @@ def pooled_extra(extras: list[dict]) -> dict:
 
 def interleaving(backend: Backend, cfg: ProtocolConfig) -> str:
     """``step`` where asked and the engine's loop can take turns; else ``pass``."""
-    return "step" if cfg.interleave == "step" and backend.lockstep and not backend.asynchronous else "pass"
+    return "pass" if why_pass(backend, cfg) else "step"
+
+
+def why_pass(backend: Backend, cfg: ProtocolConfig) -> str:
+    """Why a cell's passes run back to back instead of in lockstep ('' when they step)."""
+    if cfg.interleave != "step":
+        return f"protocol.interleave={cfg.interleave}"
+    if backend.asynchronous:
+        return "a server's requests are in flight together: the whole cell is one block, timed by the server"
+    if not backend.lockstep:
+        return backend.no_lockstep
+    return ""
 
 
 def run_block(backend: Backend, block: list[Request], specs: dict[str, GenerateSpec], first_second: tuple[str, str],
@@ -135,7 +151,12 @@ def run_block(backend: Backend, block: list[Request], specs: dict[str, GenerateS
         return lambda: conversations.generate(backend, block, specs[role])
 
     if mode == "step":
-        return noise.measure(lambda: Lockstep(*first_second).run({role: job(role) for role in first_second}))
+        def together():
+            # both passes are greenlets on this thread and share torch's grad-mode state: a pass's own
+            # inference_mode spans its turns, and the first to leave it would turn it off for the other
+            with torch.inference_mode() if backend.inference_passes else contextlib.nullcontext():
+                return Lockstep(*first_second).run({role: job(role) for role in first_second})
+        return noise.measure(together)
     return {role: noise.measure(job(role)) for role in first_second}
 
 

@@ -60,7 +60,7 @@ def build(data: ReportData) -> Section:
         "its cells (prompt categories x context buckets, each weighted equally): AL as an arithmetic mean, speedups "
         "as a geometric mean with a 95% interval. AL counts the bonus token. Each cell's speedup is the geometric "
         "mean over its requests of the median paired TPOT ratio over repeats (baseline and speculative passes "
-        "paired: taking turns at iteration boundaries on the reference engine, else interleaved ABBA; each cell's "
+        "paired: taking turns at iteration boundaries on the reference engine, HF generate and offline vLLM's CPU build, else interleaved ABBA; each cell's "
         "extra.protocol.interleave says which); its interval is a bootstrap over requests and repeats. Two configurations whose "
         "measurement-noise intervals (prompts held fixed) overlap are a tie. Two AL conventions side by side: *AL* = 1 + accepted / drafts pooled over a cell's "
         "requests (vLLM's counters); *SPEED-Bench AL* = the SPEED-Bench tool's (tokens per streamed chunk, prefill "

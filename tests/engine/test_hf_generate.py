@@ -37,3 +37,46 @@ def test_hf_refuses_what_it_cannot_run(hf, engine_models):
         type(hf).preflight(hf.engine, 1, make_drafter("ngram", 2, prompt_lookup_min=2))
     assert "layer_skip" not in methods("hf") and "draft_model" in methods("hf")
     assert any("batch_size=1" in p for p in type(hf).preflight(hf.engine, 4, make_drafter("ngram", 2)))
+
+
+
+def test_hf_generate_steps_in_lockstep_with_the_same_tokens(hf, engine_models):
+    """The streamer's put is an iteration boundary: baseline and assisted passes take turns there
+    (``protocol.interleave=step``) and give the tokens and acceptance of passes run one after the other."""
+    from speedbench.backends.base import GenerateSpec
+    from speedbench.config import ProtocolConfig, SamplingConfig
+    from speedbench.engine import clock as clock_mod
+    from speedbench.pipeline import protocol
+
+    from tests.support.engine_support import requests
+
+    reqs = requests(2)
+    specs = {"baseline": GenerateSpec(make_drafter("none"), 1, SamplingConfig(), 16, True, "baseline"),
+             "spec": GenerateSpec(make_drafter("draft_model", D, model=engine_models["draft"]), 1, SamplingConfig(), 16,
+                                  True, "spec")}
+    assert protocol.why_pass(hf, ProtocolConfig()) == ""
+    order, original = [], hf.clock.checkpoint
+
+    def logged(progress):  # which pass reached each iteration boundary
+        slot = getattr(clock_mod._current, "slot", None)
+        order.append(slot[1] if slot else None)
+        original(progress)
+
+    got = {}
+    hf.clock.checkpoint = logged
+    try:
+        for mode in ("step", "pass"):
+            cfg = ProtocolConfig(interleave=mode, min_repeats=1, max_repeats=1, max_load_per_cpu=1e9)
+            got[mode] = protocol.measure(hf, reqs, specs, cfg)
+            assert got[mode].interleave == mode
+            if mode == "step":
+                stepped, order[:] = list(order), []
+    finally:
+        del hf.clock.checkpoint
+    for role in ("base", "spec"):
+        step, back = getattr(got["step"], role), getattr(got["pass"], role)
+        assert [r.output_ids for r in step.requests] == [r.output_ids for r in back.requests]
+        assert all(r.status == "ok" and r.tpot > 0 and r.ttft > 0 for r in step.requests)
+    assert [(s.drafted, s.accepted) for s in got["step"].spec.steps] == [(s.drafted, s.accepted) for s in got["pass"].spec.steps]
+    switches = sum(1 for x, y in zip(stepped, stepped[1:]) if x != y)
+    assert switches >= 4 and stepped.count("baseline") > stepped.count("spec"), stepped  # in turn, ~AL baseline steps each

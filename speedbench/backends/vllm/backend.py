@@ -11,7 +11,7 @@ Timing: TTFT = ``first_token_latency``; TPOT from ``first_token_ts``/``last_toke
 ``backend.options`` (``config.engine_options.VllmOptions``): ``max_engines``, ``max_num_seqs``,
 ``spec_metrics`` (auto | per_request | counters), ``profile_split`` (auto | true | false),
 ``timers`` (auto | measured | separate | false), ``batching`` (static | continuous),
-``lockstep`` (prototype, off by default: ``stepped``), and ``engine_args``, passed to
+``lockstep`` (auto: on for the CPU build; ``stepped``), and ``engine_args``, passed to
 ``vllm.LLM`` as they are.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ... import models
 from ...models import local_dir
 from ..base import Backend, GenerateSpec, Session, default_cpu_threads
 from . import profile as vllm_profile
-from . import stepped
 from .engines import EnginePool
 from .session import VllmSession
 from .settings import resolve
@@ -47,21 +46,12 @@ class VllmBackend(Backend):
         self.settings = resolve(self.engine, progress_enabled())  # options typed by Backend.__init__
         if self.settings.profile:
             os.environ[vllm_profile.ENV] = "1"  # read by the engine processes started after this
-        if self.settings.lockstep:  # the engine cores in this process: LLMEngine.step() = one iteration
-            os.environ[stepped.ENV] = "0"
-            if self.settings.on_cpu:  # the forwards run on this process's torch threads now (stepped.py)
-                import torch
-
-                threads = self.engine.num_threads or default_cpu_threads()
-                torch.set_num_threads(threads)
-                # vLLM's n-gram proposer (numba) sets numba's thread count around every call and
-                # back to numba's default, which also resets this thread's OpenMP count: numba's
-                # default is read from this variable when vLLM first imports numba
-                os.environ["NUMBA_NUM_THREADS"] = str(threads)
         t = target
         self.model_dir = local_dir(t.path)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
-        self.engines = EnginePool(self.settings, t, self.model_dir, self.seed)
+        # stepped passes: on a CPU the forwards run on this process's threads (the reference engine's rule)
+        threads = (self.engine.num_threads or default_cpu_threads()) if self.settings.on_cpu else None
+        self.engines = EnginePool(self.settings, t, self.model_dir, self.seed, threads)
         self.baselines = BaselineSplits()
 
     @classmethod
@@ -70,8 +60,12 @@ class VllmBackend(Backend):
 
     @property
     def lockstep(self) -> bool:  # type: ignore[override]
-        """``backend.options.lockstep`` (prototype): passes step in turn under ``protocol.interleave=step``."""
+        """``backend.options.lockstep``: passes step in turn under ``protocol.interleave=step``."""
         return self.settings.lockstep
+
+    @property
+    def no_lockstep(self) -> str:  # type: ignore[override]
+        return self.settings.no_lockstep
 
     @property
     def submits_all(self) -> bool:
@@ -93,14 +87,8 @@ class VllmBackend(Backend):
             "llm_args": {k: v for k, v in s.llm_args.items()}, "max_engines": s.max_engines,
             "VLLM_USE_V2_MODEL_RUNNER": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
             "profile_split": s.profile, "timers": s.timers,
-        } | ({"lockstep": True, "torch_threads": _torch_threads()} if s.lockstep else {})  # the prototype's mark; nothing new when it is off
+        } | ({"lockstep": True, "torch_threads": self.engines.threads} if s.lockstep else {})  # stepped: compute threads (None: vLLM's)
 
     def session(self, spec: GenerateSpec) -> Session:
         return VllmSession(self, spec)
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import spec_counters
 from . import profile as vllm_profile
+from . import stepped
 from . import timers as vllm_timers
 from .settings import VllmSettings
 from .spec import speculative_config, vllm_version
@@ -44,8 +45,9 @@ class Engine:
 class EnginePool:
     """The engines of one backend (one target model), newest last."""
 
-    def __init__(self, settings: VllmSettings, target, model_dir: str, seed: int) -> None:
+    def __init__(self, settings: VllmSettings, target, model_dir: str, seed: int, threads: int | None = None) -> None:
         self.settings, self.target, self.model_dir, self.seed = settings, target, model_dir, seed
+        self.threads = threads  # stepped passes on a CPU: the forwards' compute threads in this process
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self.starts: list[dict[str, Any]] = []
         self.trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if settings.profile else None
@@ -64,6 +66,8 @@ class EnginePool:
             _shutdown(old.llm)
         from vllm import LLM
 
+        if s.lockstep:  # the engine core in this process (LLMEngine.step() = one iteration); set before it starts
+            stepped.enter_process(self.threads)
         t = self.target
         kwargs = dict(
             model=self.model_dir, tokenizer=self.model_dir, dtype=t.dtype, revision=t.revision,

@@ -26,7 +26,8 @@ class VllmSettings:
     profile: bool  # one extra profiled batch per call (the split from vLLM's scopes)
     llm_args: Mapping[str, Any]  # defaults | backend.options.engine_args, passed to vllm.LLM
     per_request_ok: bool  # this vLLM has per_request_spec_decode_metrics
-    lockstep: bool = False  # prototype: engines in this process, passes stepped in turn (``stepped``)
+    lockstep: bool = False  # engines in this process, passes stepped in turn (``stepped``)
+    no_lockstep: str = ""  # why the passes are not stepped ('' when they are)
 
     @property
     def submits_all(self) -> bool:
@@ -68,8 +69,21 @@ def resolve(engine, progress: bool) -> VllmSettings:
         batching=str(o.batching), on_cpu=on_cpu, device=device, timers=timers,
         profile=profile == "true" or (profile == "auto" and on_cpu and timers == "false"),
         llm_args=MappingProxyType(defaults | opts), per_request_ok=_engine_args_have("per_request_spec_decode_metrics"),
-        lockstep=bool(o.lockstep),
+        **_lockstep(str(o.lockstep).lower(), on_cpu, o.parallel_workers()),
     )
+
+
+def _lockstep(option: str, on_cpu: bool, workers: int) -> dict[str, Any]:
+    """``lockstep`` and, when off, why (recorded in each cell's ``extra.protocol``)."""
+    if option == "false":
+        why = "backend.options.lockstep=false"
+    elif workers > 1:
+        why = f"{workers} workers (tensor/pipeline parallel) need worker processes; the engine cannot step in this process"
+    elif option == "auto" and not on_cpu:
+        why = "lockstep=auto is on for vLLM's CPU build only: not yet measured on CUDA (backend.options.lockstep=true tries it)"
+    else:
+        return {"lockstep": True, "no_lockstep": ""}
+    return {"lockstep": False, "no_lockstep": why}
 
 
 def _engine_args_have(name: str) -> bool:

@@ -1,4 +1,4 @@
-"""Prototype, off by default (``backend.options.lockstep=true``): a vLLM pass driven one engine
+"""``backend.options.lockstep`` (auto: on for vLLM's CPU build with one worker): a vLLM pass driven one engine
 iteration at a time, so that the protocol's lockstep (``engine.clock.Lockstep``) pairs the
 baseline and speculative engines step by step, as it pairs the reference engine's passes.
 
@@ -19,12 +19,32 @@ timers run in this process as well and read the same clock (``timers``).
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 
 from ...engine.clock import Clock, own_time
 
 ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core in this process, stepped by the caller
 _ids = itertools.count()
+_SET: dict[str, str] = {}  # what enter_process set in os.environ (child processes do not inherit it)
+
+
+def enter_process(threads: int | None) -> None:
+    """Put vLLM's engine cores in this process (read when each engine starts, and frozen by vLLM's
+    env cache once the first one has). ``threads`` (CPU): the compute threads of the forwards,
+    for torch and for numba, whose n-gram proposer resets this thread's OpenMP count to numba's
+    default after every call (read from ``NUMBA_NUM_THREADS`` when vLLM first imports numba)."""
+    _SET[ENV] = "0"
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+        _SET["NUMBA_NUM_THREADS"] = str(threads)
+    os.environ.update(_SET)
+
+
+def harness_env() -> dict[str, str]:
+    return dict(_SET)
 
 
 @dataclass

@@ -5,6 +5,7 @@ import itertools
 import time
 
 import pytest
+import torch
 
 from speedbench.config import ProtocolConfig
 from speedbench.engine.clock import Clock, Lockstep, own_time
@@ -92,6 +93,8 @@ def test_the_reference_engine_in_lockstep_gives_the_same_tokens_and_counts(batch
         cfg = ProtocolConfig(interleave=mode, min_repeats=1, max_repeats=1, max_load_per_cpu=1e9)
         m = protocol.measure(backend, reqs, specs, cfg)
         assert m.interleave == mode
+        # both passes are greenlets on this thread: neither leaves torch's inference mode on (or off) for the other
+        assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
         got[mode] = m
         # each pass's own time: the two together fit in the cell's elapsed time
         assert 0 < m.base.wall_s and 0 < m.spec.wall_s and m.base.wall_s + m.spec.wall_s <= m.elapsed_s * 1.01
