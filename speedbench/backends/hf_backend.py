@@ -121,10 +121,7 @@ class HFBackend(Backend):
         self.model = models.load_model(t.path, t.dtype, self.device, t.revision, t.trust_remote_code)
         self.tokenizer = models.load_tokenizer(t.path, t.revision, t.trust_remote_code)
         self.full_drafts = bool(engine.options.full_drafts)
-        # the candidate generator of each assisted call, wrapped by the recorder of the pass that made it
-        self._recorders: dict[str | None, CandidateRecorder] = {}
-        original = self.model._get_candidate_generator
-        self.model._get_candidate_generator = lambda *a, **k: self._recorders[current_role()].attach(original(*a, **k))
+        self._recorders = _recorders_of(self.model)
 
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
@@ -222,6 +219,18 @@ class HFBackend(Backend):
             )
         result.al_source = "steps"
         return result
+
+
+def _recorders_of(model) -> dict[str | None, CandidateRecorder]:
+    """The recorders of the passes running on ``model`` by lockstep role (None outside a lockstep):
+    its candidate generator of each assisted call is wrapped by the recorder of the pass that made
+    it. Installed once per model object (loaded models are shared between backends)."""
+    recorders = getattr(model, "_speedbench_recorders", None)
+    if recorders is None:
+        recorders = model._speedbench_recorders = {}
+        original = model._get_candidate_generator
+        model._get_candidate_generator = lambda *a, **k: recorders[current_role()].attach(original(*a, **k))
+    return recorders
 
 
 class _HFSession(Session):

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.engine
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = r'''
 import json, math, sys, threading
+import numba  # loaded, as after an n-gram engine ran here: vLLM's kernel scan at engine start broke on llvmlite
 from tests.support.engine_support import drafter, make_backend, requests
 from speedbench.backends.base import GenerateSpec, default_cpu_threads
 from speedbench.config import SamplingConfig

@@ -6,6 +6,7 @@ CPU cores). Each :class:`Engine` records whether its model-runner timers were in
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -90,7 +91,8 @@ class EnginePool:
         sink = engine_log(Path(log_dir), "vllm") if log_dir else None
         if sink is not None:
             log.info("vllm: engine output in %s", sink)
-        with stdout_fd_to(sink):  # the engine process inherits it: profiler tables, per-step logs
+        starting = stepped.engine_start_in_process() if s.lockstep else contextlib.nullcontext()
+        with stdout_fd_to(sink), starting:  # the engine process inherits it: profiler tables, per-step logs
             llm = LLM(**kwargs)
         engine = Engine(llm, key, s.timers)
         if s.timers != "false":

@@ -18,8 +18,10 @@ timers run in this process as well and read the same clock (``timers``).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import sys
 from dataclasses import dataclass
 
 from ...engine.clock import Clock, own_time
@@ -33,18 +35,54 @@ def enter_process(threads: int | None) -> None:
     """Put vLLM's engine cores in this process (read when each engine starts, and frozen by vLLM's
     env cache once the first one has). ``threads`` (CPU): the compute threads of the forwards,
     for torch and for numba, whose n-gram proposer resets this thread's OpenMP count to numba's
-    default after every call (read from ``NUMBA_NUM_THREADS`` when vLLM first imports numba)."""
+    default after every call (read from ``NUMBA_NUM_THREADS`` when vLLM first imports numba, else
+    set on this thread)."""
     _SET[ENV] = "0"
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
         _SET["NUMBA_NUM_THREADS"] = str(threads)
+        numba = sys.modules.get("numba")
+        if numba is not None:  # already loaded: its default is fixed, so set its count on this thread
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     os.environ.update(_SET)
 
 
 def harness_env() -> dict[str, str]:
     return dict(_SET)
+
+
+@contextlib.contextmanager
+def engine_start_in_process():
+    """Around the start of an engine in this process. vLLM's CPU platform rebinds its Triton
+    kernels by scanning every module in ``sys.modules`` (``triton_utils.dispatcher``) and calls
+    ``vars(value).get`` on each value that has a ``__dict__``; llvmlite's ``ffi.lib`` answers any
+    attribute, ``__dict__`` included, with a function wrapper, and the scan raises AttributeError.
+    An engine process of its own has not loaded llvmlite yet; this one has once numba (vLLM's
+    n-gram proposer) ran, so the second engine with an n-gram drafter failed to start. Modules
+    holding such a value leave ``sys.modules`` while the engine starts (every reference to them
+    stays valid) and come back after."""
+    hidden = {name: m for name, m in list(sys.modules.items()) if _breaks_the_scan(m)}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _breaks_the_scan(module) -> bool:
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return False
+    for value in list(namespace.values()):
+        try:
+            if hasattr(value, "__dict__") and not hasattr(vars(value), "get"):  # the scan's own test
+                return True
+        except Exception:  # the scan would fail on it as well: nothing to hide
+            continue
+    return False
 
 
 @dataclass
