@@ -128,6 +128,9 @@ def test_the_runner_writes_protocol_columns(tmp_path):
     assert cell.speedup_ci_low <= cell.speedup <= cell.speedup_ci_high  # the prompts still differ
     assert cell.threads == 0 and math.isnan(cell.cpu_util)  # synthetic: no engine threads in this process
     assert cell.extra["protocol"]["stopped_by"] == "target"
+    # paired pass against pass, and the cell says why (the synthetic engine's times are simulated)
+    assert cell.extra["protocol"]["interleave"] == "pass"
+    assert cell.extra["protocol"]["why_pass"] == "simulated times: no machine drift to pair against"
 
 
 def test_merged_passes_count_every_iteration_once():
