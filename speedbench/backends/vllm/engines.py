@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # the newest engine in this process: vLLM's Prometheus registry is process-wide and every new
 # engine re-registers it, so only the newest engine's counters can be read (by any backend)
 _registry_owner: list[int | None] = [None]
+_in_process: set[int] = set()  # ids of the live engines whose engine core runs in this process
 ENGINE_SHUTDOWN_S = 60.0  # vLLM's default (5 s) force-kills a busy engine process: warnings, leaked shared memory
 
 
@@ -102,6 +103,8 @@ class EnginePool:
                 engine = Engine(llm, key, "false", status)
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = engine
+        if s.lockstep:
+            _in_process.add(id(llm))
         _registry_owner[0] = id(llm)
         return engine
 
@@ -128,13 +131,35 @@ class EnginePool:
 
 def _shutdown(llm) -> None:
     """Stop an engine's worker processes now rather than at garbage collection, giving them the
-    time to exit by themselves."""
+    time to exit by themselves.
+
+    An engine core in this process (lockstep) tears down vLLM's process-wide distributed state
+    when it shuts down (``cleanup_dist_env_and_memory``): every other engine in this process
+    then fails its next step ("pipeline model parallel group is not initialized"). While others
+    are alive (of any backend in this process), that teardown is skipped; the last one does it."""
+    others = _in_process - {id(llm)}
+    _in_process.discard(id(llm))
+    keep_dist = _keep_distributed_state() if others else contextlib.nullcontext()
     try:
-        try:
-            llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_S)
-        except TypeError:  # a vLLM whose shutdown takes no timeout
-            llm.llm_engine.engine_core.shutdown()
+        with keep_dist:
+            try:
+                llm.llm_engine.engine_core.shutdown(timeout=ENGINE_SHUTDOWN_S)
+            except TypeError:  # a vLLM whose shutdown takes no timeout
+                llm.llm_engine.engine_core.shutdown()
     except Exception:  # pragma: no cover - best effort
         log.debug("vllm: engine shutdown raised", exc_info=True)
     del llm
     gc.collect()
+
+
+@contextlib.contextmanager
+def _keep_distributed_state():
+    import vllm.v1.engine.core as core
+
+    teardown = getattr(core, "cleanup_dist_env_and_memory", None)
+    core.cleanup_dist_env_and_memory = lambda *a, **k: gc.collect()
+    try:
+        yield
+    finally:
+        if teardown is not None:
+            core.cleanup_dist_env_and_memory = teardown

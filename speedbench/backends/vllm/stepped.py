@@ -42,9 +42,10 @@ def enter_process(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        _SET["NUMBA_NUM_THREADS"] = str(threads)
         numba = sys.modules.get("numba")
-        if numba is not None:  # already loaded: its default is fixed, so set its count on this thread
+        if numba is None:
+            _SET["NUMBA_NUM_THREADS"] = str(threads)
+        else:  # already loaded: a new NUMBA_NUM_THREADS would be refused once its threads run; set this thread's
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     os.environ.update(_SET)
 
