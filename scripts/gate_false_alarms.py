@@ -14,8 +14,8 @@ slowed (``faults.delay_ms``) by enough to cost 10% of the speedup, each gated ag
 identical run; a slowed pair that passes is a missed regression. The delay is sized in two
 steps. First from the first identical run's own step time: speedup' = (1 - f) speedup needs
 each speculative step to take T_step * f / (1 - f) longer. That guess overshoots (a 0.35 ms
-spin before each verification cost about 11.5% instead of 10% here: the forward after it runs
-slower too), so one calibration run (``calib<pct>-0``, not counted) measures the loss the
+spin before each verification cost about 11-11.5% instead of 10% here; the slowed runs'
+verification times rose too, a cause not isolated), so one calibration run (``calib<pct>-0``, not counted) measures the loss the
 guess causes (1 - the median pooled speedup ratio against the identical runs) and the delay is
 rescaled so that its odds f / (1 - f) match. The slowed runs' median pooled ratio is printed:
 it should be about 1 - f.
