@@ -59,8 +59,9 @@ def delay_for(run: Path, frac: float) -> float:
     return float(cells["t_step_ms_spec"].mean()) * frac / (1.0 - frac)
 
 
-def pooled_speedup_ratios(reports) -> list[float]:
-    return [c.ratio for r in reports for c in r.checks if c.metric == "speedup" and c.cell_id == "ALL"]
+def pooled_speedup_checks(reports) -> list:
+    """The pooled (geometric mean over cells) speedup check of every report."""
+    return [c for r in reports for c in r.checks if c.metric == "speedup" and c.cell_id == "ALL"]
 
 
 def calibrated_delay(out: Path, runs: list[Path], frac: float, cfg, overrides: list[str]) -> float:
@@ -70,7 +71,7 @@ def calibrated_delay(out: Path, runs: list[Path], frac: float, cfg, overrides: l
     have = sorted(p for p in out.iterdir() if p.name.startswith(name + "-") and RunFolder(p).has_cells)
     calib = have or run_benchmarks(out, 1, [*overrides, f"faults.delay_ms={guess:.4f}"], name)
     _, reports = gate_pairs([(b, calib[0]) for b in runs], cfg)
-    got = 1.0 - statistics.median(pooled_speedup_ratios(reports))
+    got = 1.0 - statistics.median(c.ratio for c in pooled_speedup_checks(reports))
     if not 0.0 < got < 1.0:
         print(f"slowdown {frac:.0%}: the calibration run lost {got:.1%}; keeping the step-time guess", file=sys.stderr)
         return guess
@@ -139,8 +140,8 @@ def main() -> int:
     for frac, slow_runs in slowed.items():
         pairs = [(b, c) for b in runs for c in slow_runs]
         caught, reports = gate_pairs(pairs, cfg)
-        pooled = pooled_speedup_ratios(reports)
-        highs = [c.high for r in reports for c in r.checks if c.metric == "speedup" and c.cell_id == "ALL"]
+        checks = pooled_speedup_checks(reports)
+        pooled, highs = [c.ratio for c in checks], [c.high for c in checks]
         print(f"slowdown {frac:.0%}: detected {caught}/{len(pairs)} pairs ({caught / len(pairs):.1%}); pooled speedup "
               f"ratio median {statistics.median(pooled) if pooled else float('nan'):.3f} (aimed at {1 - frac:.3f}), "
               f"range [{min(pooled, default=float('nan')):.3f}, {max(pooled, default=float('nan')):.3f}], "

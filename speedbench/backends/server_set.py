@@ -253,4 +253,5 @@ def child_env() -> dict[str, str]:
     (``backends.vllm.stepped``): a server runs its engine as vLLM would by default."""
     from .vllm.stepped import harness_env
 
-    return {k: v for k, v in os.environ.items() if harness_env().get(k) != v}
+    ours = harness_env()
+    return {k: v for k, v in os.environ.items() if ours.get(k) != v}

@@ -56,6 +56,7 @@ class Measured:
     noise: NoiseMeter
     elapsed_s: float
     drafting: bool = True  # the speculative pass has a drafter (not ``none``)
+    why_pass: str = ""  # why the passes ran back to back ('' when they stepped): ``why_pass``
 
     def instability(self, rel_half_width: float, cfg: ProtocolConfig) -> str:
         """Why a cell with this interval is not stable ('' when it is)."""
@@ -164,7 +165,8 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
             threads: int = 0) -> Measured:
     """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
     noise = NoiseMeter(threads=threads)
-    mode = interleaving(backend, cfg)
+    reason = why_pass(backend, cfg)
+    mode = "pass" if reason else "step"
     parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous or backend.submits_all)
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
@@ -194,4 +196,4 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     elapsed = time.perf_counter() - t0
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
     drafting = specs["spec"].drafter.method != "none"
-    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting)  # the loop's last merge
+    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting, reason)  # the loop's last merge
