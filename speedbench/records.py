@@ -51,6 +51,9 @@ class StepRecord:
     truncation at max_new_tokens. ``kept``: the tokens of this step the output kept (<= emitted:
     a stop token or max_new_tokens cut the rest; = emitted where the engine cannot say).
     ``position``: the output position, within the turn's reply, of the step's first token.
+    ``context_len``: tokens in the sequence before the step (the turn's prompt + ``position``): the
+    live context the step drafted and verified against. ``live_batch``: sequences in the engine's
+    forward of this step (-1 where the engine does not say).
     Times are shared by the batch (one forward for all rows).
     """
 
@@ -70,6 +73,8 @@ class StepRecord:
     repeat: int = 0  # the measurement repeat (pipeline.protocol) the step belongs to
     kept: int = -1  # tokens of this step kept in the output (-1: results written before it existed)
     position: int = -1  # output position (within the turn) of the step's first token; -1 unknown
+    context_len: int = -1  # prompt + output tokens before the step; -1 unknown
+    live_batch: int = -1  # sequences in this step's forward; -1 unknown
 
 
 @dataclass(frozen=True)

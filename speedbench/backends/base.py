@@ -69,6 +69,7 @@ class StepCounts:
     verify_tokens: int = -1  # tokens in flight in the verification forward; -1 unknown
     iteration: int = -1  # id of the target forward within one ``run_turns`` call (shared by a batch's rows)
     kept: int = -1  # tokens of this step the output kept (a stop token or max_new_tokens cut the rest); -1: not known
+    live_batch: int = -1  # sequences in the engine's forward of this step; -1: not known
 
     def __post_init__(self) -> None:
         if self.emitted < 0:
@@ -133,6 +134,37 @@ class GenerateOutput:
     extra: dict[str, Any] = field(default_factory=dict)  # engine-side counters, notes
 
 
+class TurnStepper(ABC):
+    """One pass on an engine the caller steps one iteration at a time (``pipeline.conversations``'
+    in-process load driver): turns go in at any step boundary, finished turns come out of ``step``.
+    Every time is on the pass's own clock (``now``), which ``idle_until`` moves on over idle time."""
+
+    @abstractmethod
+    def now(self) -> float: ...
+
+    @abstractmethod
+    def idle_until(self, t: float) -> None: ...
+
+    @abstractmethod
+    def add(self, turn: TurnInput, t_send: float) -> Any:
+        """Submit one turn sent at ``t_send`` (<= now); returns its key."""
+
+    @abstractmethod
+    def busy(self) -> bool: ...
+
+    @abstractmethod
+    def step(self) -> list[tuple[Any, TurnResult]]:
+        """One engine iteration; the turns it finished, as (key, result)."""
+
+    @abstractmethod
+    def checkpoint(self, progress: float) -> None:
+        """An iteration boundary of the pass (a lockstep partner may take the turn)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """The pass is over: attach what the engine reports per pass (timers, counters)."""
+
+
 class Session:
     """One measured pass (one ``GenerateSpec``) on a backend: drafter built, clocks and counters set."""
 
@@ -175,6 +207,10 @@ class Session:
     async def stop(self) -> None:
         pass
 
+    def stepper(self) -> "TurnStepper | None":
+        """Engines stepped by the caller (in-process load points): the pass's stepper; None: not steppable."""
+        return None
+
     def finish(self, records: list[RequestRecord], steps: list[StepRecord]) -> dict[str, Any]:
         """Engine-side notes and counters for the pass (``GenerateOutput.extra``)."""
         return {}
@@ -194,6 +230,7 @@ class Backend(ABC):
     # why its passes cannot step in turn (extra.protocol.why_pass of its cells)
     no_lockstep: ClassVar[str] = "its loop runs a batch to its end: no iteration boundary to hand over at"
     submits_all: bool = False  # True: a pass submits every request at once (continuous batching): one block per cell
+    steps_load_points: bool = False  # True: its sessions give a ``TurnStepper`` (in-process load points)
     tokenizer: Any = None
 
     def __init__(self, target: ModelConfig, engine: BackendConfig, seed: int = 0) -> None:

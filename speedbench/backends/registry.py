@@ -28,6 +28,9 @@ class BackendEntry:
     can_schedule: bool = False  # can run drafter.schedule (for the methods drafters.registry lists for ``build``)
     schedule_fixed_by: tuple[tuple[str, str], ...] = ()  # (drafter field, why) that fix K on this engine
     on_cpu: str | None = None  # "module:function": whether its engine runs on CPU (None: asked of nobody, True)
+    # "module:function(backend config) -> why not": its passes are stepped in this process, so it runs
+    # in-process load points (closed and open loop, ``pipeline.conversations``); '' when they are
+    stepped: str | None = None
 
 
 _VLLM_METHODS = "speedbench.backends.vllm.spec:speedbench_methods_or_none"
@@ -41,7 +44,8 @@ ENTRIES: dict[str, BackendEntry] = {
     "synthetic": BackendEntry("speedbench.backends.synthetic:SyntheticBackend", eo.SyntheticOptions, "synthetic",
                               devices=("cpu",), tokenizer=False, local_models=False),
     "vllm": BackendEntry("speedbench.backends.vllm.backend:VllmBackend", eo.VllmOptions, "vllm", _VLLM_METHODS,
-                         can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED, on_cpu=_VLLM_CPU),
+                         can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED, on_cpu=_VLLM_CPU,
+                         stepped="speedbench.backends.vllm.settings:why_not_stepped"),
     "openai": BackendEntry("speedbench.backends.openai_backend:OpenAIBackend", eo.OpenAIOptions, "openai",
                            devices=("remote",), local_models=False, servers=True),
     # the vllm build started as servers: vLLM's methods, refusals and schedule rules (the schedule goes in --speculative-config)
@@ -96,6 +100,17 @@ def methods(name: str) -> tuple[str, ...] | None:
 
 def server_backends() -> list[str]:
     return sorted(n for n, e in ENTRIES.items() if e.servers)
+
+
+def why_no_load_points(name: str, engine) -> str:
+    """Why ``backend=name`` with these settings runs no open-loop load point ('' when it does: a server
+    backend, or an engine whose passes step in this process)."""
+    entry = ENTRIES.get(name)
+    if entry is None or entry.servers:  # an unknown name is refused by the validation pass itself
+        return ""
+    if entry.stepped is None:
+        return f"backend={name} neither serves nor steps its engine in this process"
+    return _load(entry.stepped)(engine)
 
 
 def on_cpu(name: str) -> bool:

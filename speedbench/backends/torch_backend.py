@@ -6,6 +6,8 @@ batch's rows, so each step carries the iteration's id.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from typing import Any
 
 import torch
@@ -115,13 +117,15 @@ class _TorchSession(Session):
             out = generate(self.target, self.drafter, prompts, depth, spec.max_new_tokens, self.params, self.stop,
                            b.clock, self.generator, self.acceptance, self.schedule)
         results = []
+        live = Counter(rs.step for rows in out.row_steps for rs in rows)  # rows in each step's forward
         for row, toks in enumerate(out.outputs):
             steps = []
             for rs in out.row_steps[row]:
                 st = out.steps[rs.step]
                 steps.append(StepCounts(rs.drafted, rs.accepted, emitted=rs.accepted + 1, t_step=st.t_step,
                                         t_draft=st.t_draft, t_verify=st.t_verify, t_accept=st.t_accept,
-                                        verify_tokens=st.verify_tokens, iteration=rs.step, kept=rs.kept))
+                                        verify_tokens=st.verify_tokens, iteration=rs.step, kept=rs.kept,
+                                        live_batch=live[rs.step]))
             results.append(TurnResult(
                 list(toks), out.prompt_lens[row], out.t_first - out.t_start, out.t_last[row] - out.t_first,
                 out.t_last[row] - out.t_start, steps=steps, al_source="steps",

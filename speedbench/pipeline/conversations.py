@@ -27,10 +27,13 @@ error; the pass goes on.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Iterator
 
+from ..arrivals import arrival_times
 from ..engine.clock import own_time
-from ..backends.base import Backend, GenerateOutput, GenerateSpec, Session, TurnInput, TurnResult
+from ..backends.base import Backend, GenerateOutput, GenerateSpec, Session, TurnInput, TurnResult, TurnStepper
+from .load import stepped_point
 from ..records import STATUS_FAILED, STATUS_OK, Request, RequestRecord, StepRecord
 
 NAN = float("nan")
@@ -42,8 +45,11 @@ def generate(backend: Backend, requests: list[Request], spec: GenerateSpec) -> G
     session = backend.session(spec)
     ids = _Iterations()
     t0 = own_time()  # the pass's own clock (a lockstep partner's turns are not this pass's time)
+    stepper = session.stepper() if stepped_point(backend, spec.load) else None
     if backend.asynchronous:
         results = asyncio.run(_run_async(session, requests, spec, ids))
+    elif stepper is not None:
+        results = _run_load(session, stepper, requests, spec, ids)
     else:
         results = _run_batches(session, requests, spec, ids)
     wall = own_time() - t0
@@ -182,6 +188,71 @@ async def _run_async(session: Session, requests: list[Request], spec: GenerateSp
         await session.stop()
 
 
+def in_flight_cap(load, n_requests: int, batch_size: int) -> int:
+    """Requests in flight at most in a load point: ``load.concurrency``; else all of them in open loop
+    (arrivals decide), ``batch_size`` in closed loop."""
+    if load.concurrency is not None:
+        return int(load.concurrency)
+    return n_requests if math.isfinite(load.request_rate) else int(batch_size)
+
+
+def _run_load(session: Session, stepper: TurnStepper, requests: list[Request], spec: GenerateSpec,
+              ids: _Iterations) -> list[Outcome]:
+    """An in-process load point on an engine the caller steps (``Session.stepper``), as a server's client
+    would drive it: request i arrives at its seeded arrival time (``arrivals``, the same sequence as the
+    OpenAI client's; all at 0 in closed loop) on the pass's own clock and is sent once fewer than the cap
+    are in flight (``in_flight_cap``), at max(arrival, the step boundary its slot freed at); a
+    conversation's next turn is sent when its previous one finishes. An idle engine's clock moves on to
+    the next arrival. A failed turn fails its request; a failed step fails every request not finished."""
+    ld = spec.load
+    n = len(requests)
+    arrivals = arrival_times(n, float(ld.request_rate), float(ld.burstiness), spec.sampling.seed)
+    cap = max(1, in_flight_cap(ld, n, spec.batch_size))
+    budget = max(1, sum(len(r.turns) for r in requests) * spec.max_new_tokens)
+    outcomes: list[Outcome | None] = [None] * n
+    live: dict = {}  # stepper key -> (request index, its conversation)
+    nxt, freed_at, made = 0, 0.0, 0
+
+    def send(i: int, conv, inputs: list[TurnInput], t_send: float) -> None:
+        live[stepper.add(inputs[0], t_send)] = (i, conv)
+
+    def end(i: int, outcome: Outcome) -> None:
+        nonlocal freed_at
+        outcomes[i], freed_at = outcome, stepper.now()
+        if spec.progress:
+            spec.progress(1)
+
+    try:
+        while nxt < n or live:
+            while nxt < n and len(live) < cap and arrivals[nxt] <= stepper.now():
+                conv = _conversations(session, [requests[nxt]], ids)
+                try:
+                    send(nxt, conv, next(conv), max(arrivals[nxt], freed_at))
+                except Exception as exc:  # noqa: BLE001 - e.g. a prompt the engine refuses: this request fails
+                    end(nxt, _outcomes([requests[nxt]], exc=exc)[0])
+                nxt += 1
+            if not live:
+                stepper.idle_until(arrivals[nxt])  # nothing to run: the clock moves on to the next arrival
+                continue
+            for key, result in stepper.step():
+                i, conv = live.pop(key)
+                made += len(result.output_ids)
+                try:
+                    send(i, conv, conv.send([result]), stepper.now())
+                except StopIteration as done:
+                    end(i, _outcomes([requests[i]], done.value)[0])
+                except Exception as exc:  # noqa: BLE001 - this request fails; the point goes on
+                    end(i, _outcomes([requests[i]], exc=exc)[0])
+            stepper.checkpoint(made / budget)
+    except Exception as exc:  # noqa: BLE001 - the engine failed: every request not finished fails as data
+        for i in range(n):
+            if outcomes[i] is None:
+                outcomes[i] = _outcomes([requests[i]], exc=exc)[0]
+    finally:
+        stepper.close()
+    return outcomes
+
+
 def add_hist(hist: list[int], k: int, n: int = 1) -> None:
     while len(hist) <= k:
         hist.append(0)
@@ -230,6 +301,7 @@ def fold_turns(req: Request, role: str, turns: list[TurnResult], batch_index: in
                     accepted=s.accepted, emitted=s.emitted, t_draft=s.t_draft, t_verify=s.t_verify,
                     t_accept=s.t_accept, t_step=s.t_step, verify_tokens=s.verify_tokens,
                     iteration=s.iteration, turn=turn_no, repeat=repeat, kept=k, position=position,
+                    context_len=turn.prompt_tokens + position, live_batch=s.live_batch,
                 )
             )
             position += k

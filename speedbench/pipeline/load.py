@@ -24,7 +24,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from ..backends.registry import server_backends
+from ..backends.registry import server_backends, why_no_load_points
 from ..records import Request
 
 
@@ -49,6 +49,12 @@ def identity(load) -> dict[str, Any] | None:
     if math.isfinite(load.request_rate):
         ident |= {"request_rate": float(load.request_rate), "burstiness": float(load.burstiness)}
     return ident
+
+
+def stepped_point(backend, load) -> bool:
+    """True when a pass of this load point runs under the in-process load driver: load options set, on
+    an engine whose passes step in this process (the whole cell is then one block of the protocol)."""
+    return load is not None and active(load) and bool(getattr(backend, "steps_load_points", False))
 
 
 def columns(run) -> dict[str, Any]:
@@ -121,8 +127,9 @@ def load_problems(run) -> list[str]:
         p.append(f"load.warmup_requests must be an integer >= 0 (or unset), got {ld.warmup_requests!r}")
     if not (isinstance(ld.request_rate, (int, float)) and ld.request_rate > 0):
         p.append(f"load.request_rate must be > 0 requests/s (inf = all at once), got {ld.request_rate!r}")
-    elif math.isfinite(ld.request_rate) and run.backend.name not in (servers := server_backends()):
-        p.append(f"load.request_rate needs a server backend ({' or '.join(servers)}), not backend={run.backend.name}")
+    elif math.isfinite(ld.request_rate) and (why := why_no_load_points(run.backend.name, run.backend)):
+        p.append(f"load.request_rate needs a server backend ({' or '.join(server_backends())}) or an engine stepped "
+                 f"in this process (backend=vllm, backend.options.lockstep): {why}")
     if not (isinstance(ld.burstiness, (int, float)) and 0 < ld.burstiness < math.inf):
         p.append(f"load.burstiness must be a positive number (1.0 = Poisson), got {ld.burstiness!r}")
     for key in ("ttft_ms", "tpot_ms", "e2e_ms"):

@@ -42,6 +42,7 @@ from ..config import ProtocolConfig
 from ..engine.clock import Lockstep
 from ..records import Request
 from . import conversations
+from .load import stepped_point
 from .noise import NoiseMeter
 
 
@@ -57,6 +58,7 @@ class Measured:
     elapsed_s: float
     drafting: bool = True  # the speculative pass has a drafter (not ``none``)
     why_pass: str = ""  # why the passes ran back to back ('' when they stepped): ``why_pass``
+    n_blocks: int = 1  # blocks per repeat (``blocks``)
 
     def instability(self, rel_half_width: float, cfg: ProtocolConfig) -> str:
         """Why a cell with this interval is not stable ('' when it is)."""
@@ -167,7 +169,8 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     noise = NoiseMeter(threads=threads)
     reason = why_pass(backend, cfg)
     mode = "pass" if reason else "step"
-    parts = blocks(requests, specs["spec"].batch_size, backend.asynchronous or backend.submits_all)
+    whole = backend.asynchronous or backend.submits_all or stepped_point(backend, specs["spec"].load)
+    parts = blocks(requests, specs["spec"].batch_size, whole)  # a load point is one block: its requests share the engine
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
     repeat = 0
@@ -196,4 +199,5 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     elapsed = time.perf_counter() - t0
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
     drafting = specs["spec"].drafter.method != "none"
-    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting, reason)  # the loop's last merge
+    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting, reason,  # the loop's last merge
+                    len(parts))

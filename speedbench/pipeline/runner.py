@@ -281,7 +281,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
                        **({"duration_sizing": sizing} if sizing else {}),
                        "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
                                     **({"why_pass": m.why_pass} if m.why_pass else {}),
-                                    "blocks": len(protocol.blocks(reqs, in_flight(run), backend.asynchronous or backend.submits_all))}})
+                                    "blocks": m.n_blocks}})
             cell = assemble_cell(key, m.base, m.spec, warmup_s=warmup_s, device=device, n_gpus=n_gpus, run=run,
                                  notes=notes, requests=reqs, prepared=prepared)
             steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]

@@ -68,6 +68,11 @@ class VllmBackend(Backend):
         return self.settings.no_lockstep
 
     @property
+    def steps_load_points(self) -> bool:  # type: ignore[override]
+        """Stepped passes run load points in process (``pipeline.conversations``: arrivals, C in flight)."""
+        return self.settings.lockstep
+
+    @property
     def submits_all(self) -> bool:
         """Continuous batching: a pass submits every request at once (the protocol's block is the whole cell)."""
         return self.settings.submits_all

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..base import GenerateSpec, Session, TurnInput, TurnResult
+from ..base import GenerateSpec, Session, TurnInput, TurnResult, TurnStepper
 from .outputs import describe, put_counters_on_first, turn_result
 from .spec import speculative_config, vllm_version
-from .stepped import run_stepped
+from .stepped import Stepper, run_stepped
 from .split import TIMING_SPLIT, PassTimes, profiled_extra, timing_extra
 
 
@@ -50,7 +50,7 @@ class VllmSession(Session):
         if self.backend.settings.lockstep:  # one engine step at a time, times on the pass's own clock
             done = run_stepped(llm, [t.prompt for t in turns], self.params)
             outs = [d.output for d in done]
-            results = [turn_result(t.prompt, d.output, self.speculative, (d.ttft, d.decode_s)) for t, d in zip(turns, done)]
+            results = [stepped_result(t.prompt, d, self.speculative) for t, d in zip(turns, done)]
         else:
             outs = llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
             results = [turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
@@ -65,6 +65,10 @@ class VllmSession(Session):
             put_counters_on_first([results], delta)
         self.sources |= {r.al_source for r in results}
         return results
+
+    def stepper(self) -> TurnStepper | None:
+        """In-process load points: this pass's engine stepped by the load driver (stepped engines only)."""
+        return _VllmTurnStepper(self) if self.backend.settings.lockstep else None
 
     def finish(self, records, steps) -> dict[str, Any]:
         b, spec, eng = self.backend, self.spec, self.eng
@@ -92,3 +96,66 @@ class VllmSession(Session):
         if not history and len(self.first_prompts) < self.spec.batch_size:
             self.first_prompts.append(prompt)
         return prompt
+
+
+def stepped_result(prompt: list[int], done, speculative: bool) -> TurnResult:
+    """A stepped request as a turn result: its own-clock times and the chunks a client would have seen."""
+    result = turn_result(prompt, done.output, speculative, (done.ttft, done.decode_s))
+    result.t_send = done.t_send
+    result.chunks, result.chunk_gaps = list(done.chunks), list(done.chunk_gaps)
+    return result
+
+
+class _VllmTurnStepper(TurnStepper):
+    """A pass's engine under the in-process load driver: turns added and finished at step boundaries;
+    the timers and counters of the whole pass are attached when it closes (as one ``run_turns`` call)."""
+
+    def __init__(self, session: VllmSession) -> None:
+        self.s = session
+        eng = session.eng
+        self.before = session.backend.engines.counters(eng) if session.speculative else None
+        self.timed = eng.timers != "false" and session.spec.role != "warmup"
+        if self.timed:
+            eng.llm.collective_rpc("speedbench_timers_enable", args=(True, eng.timers == "measured"
+                                                                      and not session.backend.settings.on_cpu))
+        self.stepper = Stepper(eng.llm, session.params)
+        self.stepper.clock.begin()
+        self.prompts: dict[str, list[int]] = {}
+        self.done: list[tuple[str, TurnResult]] = []
+
+    def now(self) -> float:
+        return self.stepper.now()
+
+    def idle_until(self, t: float) -> None:
+        self.stepper.idle_until(t)
+
+    def add(self, turn: TurnInput, t_send: float) -> str:
+        rid = self.stepper.add(turn.prompt, t_send)
+        self.prompts[rid] = turn.prompt
+        return rid
+
+    def busy(self) -> bool:
+        return self.stepper.busy()
+
+    def step(self) -> list[tuple[str, TurnResult]]:
+        out = [(rid, stepped_result(self.prompts.pop(rid), d, self.s.speculative)) for rid, d in self.stepper.step().items()]
+        self.done += out
+        return out
+
+    def checkpoint(self, progress: float) -> None:
+        self.stepper.clock.checkpoint(progress)
+
+    def close(self) -> None:
+        s, eng = self.s, self.s.eng
+        s.wall_s = self.stepper.now()  # the pass's window, idle time between arrivals included
+        rows = eng.llm.collective_rpc("speedbench_timers_take")[0] if self.timed else None
+        results = [r for _, r in self.done]
+        if rows is not None:
+            s.times.attach(rows, [rid for rid, _ in self.done], results)
+        after = s.backend.engines.counters(eng) if s.speculative else None
+        delta = after - self.before if self.before is not None and after is not None else None
+        if delta is not None:
+            s.total = delta if s.total is None else s.total + delta
+        if s.speculative and any(r.steps is None for r in results):
+            put_counters_on_first([results], delta)
+        s.sources |= {r.al_source for r in results}

@@ -73,6 +73,14 @@ def resolve(engine, progress: bool) -> VllmSettings:
     )
 
 
+def why_not_stepped(engine) -> str:
+    """Why this engine's passes are not stepped in this process ('' when they are; ``backend.options.lockstep``)."""
+    from .spec import on_cpu
+
+    o = engine.options
+    return _lockstep(str(o.lockstep).lower(), on_cpu(), o.parallel_workers())["no_lockstep"]
+
+
 def _lockstep(option: str, on_cpu: bool, workers: int) -> dict[str, Any]:
     """``lockstep`` and, when off, why (recorded in each cell's ``extra.protocol``)."""
     if option == "false":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -88,45 +89,109 @@ def _breaks_the_scan(module) -> bool:
 
 @dataclass
 class Stepped:
-    """One request's final output with its times on the pass's own clock (seconds)."""
+    """One request's final output with its times on the pass's own clock (seconds): TTFT from its
+    send, decode = first -> last token, and the chunks a streaming client would have seen (one
+    per engine step that gave it tokens: their token counts and the gaps between them)."""
 
     output: object  # vLLM's RequestOutput (finished)
     ttft: float
     decode_s: float
+    t_send: float = float("nan")
+    chunks: tuple[int, ...] = ()
+    chunk_gaps: tuple[float, ...] = ()
+
+
+@dataclass
+class _Track:
+    t_send: float
+    made: int = 0
+    first: float = float("nan")
+    last: float = float("nan")
+    chunks: list = None
+    gaps: list = None
+
+    def __post_init__(self) -> None:
+        self.chunks, self.gaps = [], []
+
+    def tokens(self, n: int, now: float) -> None:
+        if n <= self.made:
+            return
+        if self.chunks:
+            self.gaps.append(now - self.last)
+        else:
+            self.first = now
+        self.chunks.append(n - self.made)
+        self.made, self.last = n, now
+
+    def done(self, output) -> Stepped:
+        started = math.isfinite(self.first)
+        return Stepped(output, self.first - self.t_send if started else float("nan"),
+                       self.last - self.first if started else float("nan"), self.t_send, tuple(self.chunks), tuple(self.gaps))
+
+
+class Stepper:
+    """One vLLM engine (its core in this process) stepped by the caller, on the pass's own clock.
+
+    ``add`` submits a request at a step boundary with its send time; ``step`` runs one engine
+    iteration and returns the requests it finished; ``idle_until`` moves the pass's clock to a later
+    arrival when the engine has nothing to do (idle time is elapsed time of the pass, not compute).
+    ``now`` = the pass's own clock since the stepper opened + the idle time skipped."""
+
+    def __init__(self, llm, params) -> None:
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = llm.llm_engine
+        self.params = params.clone()
+        self.params.output_kind = RequestOutputKind.CUMULATIVE  # every step's output: each chunk's step
+        self.clock = Clock("cpu")  # checkpoint only: step() returns once the step's tokens are on the host
+        self.t0 = own_time()
+        self.idle_s = 0.0
+        self.tracks: dict[str, _Track] = {}
+
+    def now(self) -> float:
+        return own_time() - self.t0 + self.idle_s
+
+    def idle_until(self, t: float) -> None:
+        gap = t - self.now()
+        if gap > 0:
+            self.idle_s += gap
+
+    def add(self, prompt: list[int], t_send: float | None = None) -> str:
+        from vllm.inputs import TokensPrompt
+
+        rid = f"sb-{next(_ids)}"
+        self.tracks[rid] = _Track(self.now() if t_send is None else t_send)
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), self.params)
+        return rid
+
+    def busy(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def step(self) -> dict[str, Stepped]:
+        """One engine iteration; the requests it finished (by id)."""
+        outs = self.engine.step()
+        now = self.now()
+        done: dict[str, Stepped] = {}
+        for o in outs:
+            track = self.tracks.get(o.request_id)
+            if track is None:
+                continue
+            track.tokens(len(o.outputs[0].token_ids), now)
+            if o.finished:
+                done[o.request_id] = self.tracks.pop(o.request_id).done(o)
+        return done
 
 
 def run_stepped(llm, prompts: list[list[int]], params) -> list[Stepped]:
-    """Generate ``prompts`` (token ids) on ``llm`` one engine step at a time, in order."""
-    from vllm.inputs import TokensPrompt
-
-    from vllm.sampling_params import RequestOutputKind
-
-    engine = llm.llm_engine
-    params = params.clone()
-    params.output_kind = RequestOutputKind.CUMULATIVE  # every step's output: the first and last token's step
-    clock = Clock("cpu")  # begin/checkpoint only: step() returns once the step's tokens are on the host
-    clock.begin()
-    t0 = own_time()
-    ids = [f"sb-{next(_ids)}" for _ in prompts]
-    for rid, prompt in zip(ids, prompts):
-        engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
+    """Generate ``prompts`` (token ids) on ``llm`` one engine step at a time, all submitted at once."""
+    stepper = Stepper(llm, params)
+    stepper.clock.begin()
+    ids = [stepper.add(p, 0.0) for p in prompts]
     budget = max(1, len(prompts) * int(params.max_tokens))
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    made: dict[str, int] = {}
-    final: dict[str, object] = {}
-    while engine.has_unfinished_requests():
-        outs = engine.step()
-        now = own_time()
-        for o in outs:
-            n = len(o.outputs[0].token_ids)
-            if n > made.get(o.request_id, 0):
-                first.setdefault(o.request_id, now)
-                last[o.request_id] = now
-                made[o.request_id] = n
-            if o.finished:
-                final[o.request_id] = o
-        clock.checkpoint(sum(made.values()) / budget)  # the partner may step here
-    nan = float("nan")
-    return [Stepped(final[rid], first[rid] - t0 if rid in first else nan,
-                    last[rid] - first[rid] if rid in first else nan) for rid in ids]
+    made = 0
+    final: dict[str, Stepped] = {}
+    while stepper.busy():
+        final |= stepper.step()
+        made = sum(t.made for t in stepper.tracks.values()) + sum(len(d.output.outputs[0].token_ids) for d in final.values())
+        stepper.clock.checkpoint(made / budget)  # the partner may step here
+    return [final[rid] for rid in ids]

@@ -173,7 +173,7 @@ def step_counts(iters: list[tuple[int, dict, int]], listed: list[StepCounts] | N
             sc.t_step = sc.t_draft = sc.t_verify = sc.t_accept = float("nan")
         else:
             sc.t_step, sc.t_draft, sc.t_verify, sc.t_accept = row["step"], row["draft"], row["verify"], row["accept"]
-        sc.verify_tokens, sc.iteration = row["tokens"], offset + i
+        sc.verify_tokens, sc.iteration, sc.live_batch = row["tokens"], offset + i, len(row["reqs"])
         out.append(sc)
     return out
 
