@@ -72,3 +72,8 @@ class LoadPointColumns:
     speedup_goodput: float = NAN
     speedup_goodput_ci_low: float = NAN
     speedup_goodput_ci_high: float = NAN
+    # the client (metrics.latency): requests delivered in bursts, the client's CPU share of a core, and
+    # whether either says the client set the pace (server points; in process there is no client)
+    burst_frac: float = NAN
+    client_cpu_share: float = NAN
+    client_bound: bool = False

@@ -206,6 +206,7 @@ class CellResult(CellIdentity, LoadPointColumns):
     speedup_ci_high: float = float("nan")
     speedup_cv: float = float("nan")  # across repeats
     speedup_noise: float = float("nan")  # relative half-width with the prompts fixed (repeats resampled only)
+    speedup_window_spread: float = float("nan")  # load points: the per-window t-interval's relative half-width
     n_repeats: int = 0
     stable: bool = False  # speedup_noise within the protocol's target and no contention seen
     unstable_reason: str = ""

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import os
 import random
 import time
 from typing import Any
@@ -335,6 +334,7 @@ class _OpenAISession(Session):
         self.before = await b._counters(self.client, self.base_url)
         b._check_server(self.before, self.spec)
         self.t0 = time.perf_counter()
+        self.cpu0 = time.process_time()  # the client's own cost: this process's CPU time over the pass
         self.arrivals = [0.0]
 
     async def arrive(self, index: int) -> None:
@@ -355,10 +355,18 @@ class _OpenAISession(Session):
         return b.turn_result(res, turn.prompt, self.spec)
 
     async def stop(self) -> None:
+        self.client_s = (time.process_time() - self.cpu0, time.perf_counter() - self.t0)
         try:
             self.after = await self.backend._counters(self.client, self.base_url)
         finally:
             await self.client.aclose()
 
     def finish(self, records, steps) -> dict[str, Any]:
-        return self.backend.extra(self.spec, records, steps, self.before, self.after)
+        return self.backend.extra(self.spec, records, steps, self.before, self.after) | {"client": self.client_cost(records)}
+
+    def client_cost(self, records) -> dict[str, Any]:
+        """The client's CPU time over the pass (``metrics.latency.client_cost``)."""
+        from ..metrics.latency import client_cost
+
+        cpu, wall = getattr(self, "client_s", (math.nan, math.nan))
+        return client_cost(cpu, wall, sum(len(r.chunks) for r in records))

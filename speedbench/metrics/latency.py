@@ -21,7 +21,19 @@ Definitions (all from the client's clock; a request's repeats pooled with every 
 * ``speedup_throughput`` / ``speedup_goodput``: per repeat the ratio spec / baseline of that
   repeat's pair of windows, through the same estimator (and interval) as ``speedup``
   (``speedup.paired_speedup``, here with one row: the interval comes from the repeats);
-* failures are data: ``failed_requests_*`` counts them; a failed request meets no SLO.
+* failures are data: ``failed_requests_*`` counts them; a failed request meets no SLO;
+* load points (``windows``): the throughput and goodput intervals also cover the windows' own
+  spread (``speedup.window_interval``), as the TPOT speedup's does;
+* ``burst_frac``: the share of finished requests (both roles) delivered in a burst: their median
+  chunk gap is below ``BURST_GAP_FRAC`` of their pass's median chunk gap, i.e. the client read
+  chunks the engine had made over many steps in one go (a client that lagged: its TPOT and ITL
+  say nothing of the engine);
+* ``client_cpu_share``: the client's CPU seconds (the harness process, where a server's client
+  runs) over the pass windows, as a share of one core (``extra.client`` from the server
+  backends; NaN in process, where there is no client); ``client_bound`` when either says the
+  client, not the server, set the pace: ``burst_frac`` > ``CLIENT_BOUND_BURST`` or a client
+  busier than ``CLIENT_BOUND_CPU`` of a core. A server point's absolute latencies include the
+  client's time on this machine.
 """
 from __future__ import annotations
 
@@ -36,6 +48,9 @@ from .speedup import paired_speedup
 
 NAN = math.nan
 STATS = ("mean", "p50", "p90", "p99")
+BURST_GAP_FRAC = 0.1  # a request's median chunk gap below this share of its pass's median: a burst
+CLIENT_BOUND_BURST = 0.05  # more than this share of requests in bursts: the client lagged
+CLIENT_BOUND_CPU = 0.8  # a client busier than this share of one core: it lagged (or soon will)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 
@@ -137,7 +152,7 @@ def _rate(rows: dict[int, dict], what: str) -> float:
 
 
 def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, confidence: float,
-                   n_resamples: int) -> tuple[float, float, float]:
+                   n_resamples: int, windows: bool = False) -> tuple[float, float, float]:
     ratios = []
     for rep in sorted(base.keys() & spec.keys()):
         b, s = base[rep], spec[rep]
@@ -146,7 +161,7 @@ def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, conf
         ratios.append(rs / rb if rb > 0 and math.isfinite(rs) else NAN)
     if not ratios:
         return NAN, NAN, NAN
-    est = paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples)
+    est = paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples, windows=windows)
     if any(row["shared"] for row in (*base.values(), *spec.values())):
         return est.point, NAN, NAN  # one wall time split over the repeats: no per-repeat variation to show
     return est.point, est.low, est.high
@@ -168,15 +183,50 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
     return out
 
 
-def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000) -> LoadPointColumns:
+def burst_frac(records: Sequence[RequestRecord]) -> float:
+    """The share of finished requests with chunk gaps delivered in a burst (see the module docstring)."""
+    ok = [r for r in records if r.status == STATUS_OK and r.chunk_gaps]
+    if not ok:
+        return NAN
+    typical = float(np.median([g for r in ok for g in r.chunk_gaps]))
+    if not typical > 0:
+        return NAN
+    return sum(float(np.median(r.chunk_gaps)) < BURST_GAP_FRAC * typical for r in ok) / len(ok)
+
+
+def client_cost(cpu_s: float, window_s: float, chunks: int) -> dict:
+    """A client's CPU seconds over its windows: per chunk received, as a share of one core and of the machine."""
+    import os
+
+    cores = os.cpu_count() or 1
+    ok = math.isfinite(window_s) and window_s > 0
+    return {"cpu_s": cpu_s, "window_s": window_s, "chunks": chunks,
+            "cpu_ms_per_chunk": cpu_s / chunks * 1e3 if chunks else NAN,
+            "cpu_share": cpu_s / window_s if ok else NAN, "machine_share": cpu_s / window_s / cores if ok else NAN}
+
+
+def client_columns(base, spec) -> dict:
+    """``burst_frac``, ``client_cpu_share`` and ``client_bound`` of a load point (module docstring)."""
+    bursts = [b for b in (burst_frac(base.requests), burst_frac(spec.requests)) if math.isfinite(b)]
+    frac = max(bursts) if bursts else NAN
+    cpu = [o.extra["client"]["cpu_share"] for o in (base, spec) if isinstance(o.extra.get("client"), dict)
+           and o.extra["client"].get("cpu_share") is not None]
+    share = max(cpu) if cpu else NAN
+    bound = (math.isfinite(frac) and frac > CLIENT_BOUND_BURST) or (math.isfinite(share) and share > CLIENT_BOUND_CPU)
+    return {"burst_frac": frac, "client_cpu_share": share, "client_bound": bool(bound)}
+
+
+def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000,
+                       windows: bool = False) -> LoadPointColumns:
     """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
-    point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``)."""
+    point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``);
+    ``windows``: a load point's intervals cover the windows' spread (module docstring)."""
     objectives = slo_set(slo)
     out = role_columns(base.requests, "baseline", objectives, base.wall_s)
     out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
     rb, rs = per_repeat(base.requests, objectives, base.wall_s), per_repeat(spec.requests, objectives, spec.wall_s)
-    t = _ratio_speedup(rb, rs, "tokens", confidence, n_resamples)
+    t = _ratio_speedup(rb, rs, "tokens", confidence, n_resamples, windows)
     out |= {"speedup_throughput": t[0], "speedup_throughput_ci_low": t[1], "speedup_throughput_ci_high": t[2]}
-    g = _ratio_speedup(rb, rs, "good", confidence, n_resamples) if objectives else (NAN, NAN, NAN)
+    g = _ratio_speedup(rb, rs, "good", confidence, n_resamples, windows) if objectives else (NAN, NAN, NAN)
     out |= {"speedup_goodput": g[0], "speedup_goodput_ci_low": g[1], "speedup_goodput_ci_high": g[2]}
-    return LoadPointColumns(**out)
+    return LoadPointColumns(**out, **client_columns(base, spec))

@@ -11,6 +11,11 @@
   noise, which more repeats shrink; a cell is stable when it is within the protocol's target.
   ``speedup_cv``: the coefficient of variation of the per-repeat estimates (geometric mean over
   requests of the repeat's paired ratios).
+  Load points (``windows=True``): every request of a repeat ran in the same window (the same
+  server, client and machine state), so the windows, not the requests, are the independent
+  units of the run-to-run variation; the interval is then the wider of the bootstrap above and
+  a Student-t interval of the per-window estimates on the log scale (``window_interval``), for
+  the noise as well. ``speedup_window_spread``: that t-interval's relative half-width alone.
   ``speedup_predicted`` is the same estimator over per-(request, repeat) predictions from the
   same pairs' measured step times.
 """
@@ -67,8 +72,37 @@ def speedup_of(ratios):
         return geomean(np.nanmedian(r, axis=-1), axis=-1)
 
 
+def t_quantile(p: float, df: int) -> float:
+    """The Student-t quantile: exact for 1 and 2 degrees of freedom, else the Cornish-Fisher
+    expansion around the normal quantile (Abramowitz & Stegun 26.7.5; within 0.2% from 3 on)."""
+    from statistics import NormalDist
+
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = NormalDist().inv_cdf(p)
+    v = float(df)
+    return (z + (z ** 3 + z) / (4 * v) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * v ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * v ** 3)
+            + (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / (92160 * v ** 4))
+
+
+def window_interval(per_window, confidence: float = 0.95) -> tuple[float, float]:
+    """A Student-t interval of the geometric mean of per-window estimates (log scale); NaN with
+    fewer than two windows."""
+    x = np.asarray(per_window, dtype=float)
+    x = np.log(x[np.isfinite(x) & (x > 0)])
+    if x.size < 2:
+        return NAN, NAN
+    half = t_quantile(0.5 + confidence / 2, x.size - 1) * float(np.std(x, ddof=1)) / math.sqrt(x.size)
+    mean = float(x.mean())
+    return math.exp(mean - half), math.exp(mean + half)
+
+
 def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: int = 1000,
-                   rng: np.random.Generator | None = None, requests: bool = True) -> SpeedupEstimate:
+                   rng: np.random.Generator | None = None, requests: bool = True,
+                   windows: bool = False) -> SpeedupEstimate:
     """The speedup estimator (see the module docstring) from paired ratios [request, repeat].
 
     ``requests=True``: the interval resamples requests and repeats (what the cell reports);
@@ -105,6 +139,9 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
     est = est[np.isfinite(est)]
     tail = (1.0 - confidence) / 2
     low, high = (np.quantile(est, [tail, 1.0 - tail]) if est.size else (point, point))
+    if windows and m > 1:  # a load point: the windows' own spread, which resampling within them cannot see
+        w_low, w_high = window_interval(per_repeat, confidence)
+        low, high = min(low, w_low), max(high, w_high)
     return SpeedupEstimate(point, float(low), float(high), cv, n, m, est)
 
 
@@ -180,15 +217,22 @@ class SpeedupColumns:
     speedup_cv: float
     speedup_noise: float
     n_repeats: int
+    speedup_window_spread: float = NAN  # load points: the per-window t-interval's relative half-width
 
 
 def speedup_columns(base: Sequence[RequestRecord], spec: Sequence[RequestRecord], confidence: float = 0.95,
-                    n_resamples: int = 1000) -> SpeedupColumns:
-    """The speedup columns of a cell from its matched passes' requests (every repeat)."""
+                    n_resamples: int = 1000, windows: bool = False) -> SpeedupColumns:
+    """The speedup columns of a cell from its matched passes' requests (every repeat); ``windows``: a load
+    point (see the module docstring)."""
     ok_b = [r for r in base if r.status == STATUS_OK]
     ok_s = [r for r in spec if r.status == STATUS_OK]
     ratios = tpot_ratios(ok_b, ok_s)
-    est = paired_speedup(ratios, confidence, n_resamples)
-    noise = paired_speedup(ratios, confidence, n_resamples, requests=False)
+    est = paired_speedup(ratios, confidence, n_resamples, windows=windows)
+    noise = paired_speedup(ratios, confidence, n_resamples, requests=False, windows=windows)
+    spread = NAN
+    if windows and est.n_repeats > 1:
+        w_low, w_high = window_interval(geomean(np.where(np.isfinite(ratios) & (ratios > 0), ratios, np.nan), axis=0),
+                                        confidence)
+        spread = (w_high - w_low) / 2 / est.point if est.point > 0 and math.isfinite(w_low) else NAN
     return SpeedupColumns(speedup=est.point, speedup_ci_low=est.low, speedup_ci_high=est.high, speedup_cv=est.cv,
-                          speedup_noise=noise.rel_half_width, n_repeats=est.n_repeats)
+                          speedup_noise=noise.rel_half_width, n_repeats=est.n_repeats, speedup_window_spread=spread)

@@ -23,7 +23,7 @@ from ..hashing import stable_hash
 from ..metrics import latency
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
-from .load import columns as load_point, identity as load_identity
+from .load import active as load_active, columns as load_point, identity as load_identity
 
 log = logging.getLogger(__name__)
 NAN = math.nan
@@ -130,7 +130,8 @@ def assemble_cell(
     acceptance_cfg = run.acceptance if run is not None else AcceptanceConfig()
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
-    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples)
+    windows = run is not None and load_active(run.load)  # a load point: windows are the independent units
+    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples, windows)
     values = _columns(
         metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg),
         metrics.degenerate_columns(ok_s, acceptance_cfg),
@@ -138,7 +139,8 @@ def assemble_cell(
         speedup,
         metrics.prediction_columns(base, spec, cfg.confidence),
         metrics.agreement_columns(base.requests, ok_s, key.temperature <= 0),
-        latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence, cfg.n_resamples),
+        latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence, cfg.n_resamples,
+                                   windows),
     )
     syn = spec.extra.get("synthetic_al")
     values["synthetic_al"] = float(syn) if syn is not None else NAN

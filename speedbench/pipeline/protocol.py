@@ -42,7 +42,7 @@ from ..config import ProtocolConfig
 from ..engine.clock import Lockstep
 from ..records import Request
 from . import conversations
-from .load import stepped_point
+from .load import active as load_active, stepped_point
 from .noise import NoiseMeter
 
 
@@ -115,6 +115,7 @@ def pooled_extra(extras: list[dict]) -> dict:
     """Pass notes that are counts, pooled over every pass (as ``al`` pools every repeat): the
     engine's counter deltas (``counters``) and the merged-chunk counts; the rest is the last pass's."""
     from ..backends.spec_counters import SpecCounters
+    from ..metrics.latency import client_cost
 
     out: dict = {}
     deltas = [e["counters"] for e in extras if isinstance(e.get("counters"), dict)]
@@ -124,6 +125,10 @@ def pooled_extra(extras: list[dict]) -> dict:
             total = total + SpecCounters(int(c.get("drafts", 0)), int(c.get("draft_tokens", 0)), int(c.get("accepted", 0)),
                                          tuple(int(x) for x in c.get("per_pos", ())))
         out["counters"] = total.as_dict() | {"passes": len(deltas)}
+    clients = [e["client"] for e in extras if isinstance(e.get("client"), dict)]
+    if clients:  # a server client's cost, every pass pooled
+        out["client"] = client_cost(sum(c["cpu_s"] for c in clients), sum(c["window_s"] for c in clients),
+                                                    sum(c["chunks"] for c in clients)) | {"passes": len(clients)}
     merged = [(e["merged_chunks"], e["stream_chunks"]) for e in extras if "stream_chunks" in e]
     if merged:
         m, n = sum(a for a, _ in merged), sum(b for _, b in merged)
@@ -170,6 +175,7 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
     reason = why_pass(backend, cfg)
     mode = "pass" if reason else "step"
     whole = backend.asynchronous or backend.submits_all or stepped_point(backend, specs["spec"].load)
+    windows = specs["spec"].load is not None and load_active(specs["spec"].load)  # a load point: see metrics.speedup
     parts = blocks(requests, specs["spec"].batch_size, whole)  # a load point is one block: its requests share the engine
     outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
     t0 = time.perf_counter()
@@ -186,7 +192,7 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
         base, spec_out = merge_passes(outs["baseline"]), merge_passes(outs["spec"])
         ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
         est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat),
-                                     requests=False)  # the measurement's noise: more repeats shrink it
+                                     requests=False, windows=windows)  # the measurement's noise: more repeats shrink it
         if math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width:
             stopped = "target"
         elif repeat >= cfg.max_repeats:

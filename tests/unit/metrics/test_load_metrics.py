@@ -142,3 +142,50 @@ def test_bad_duration_options_are_refused_naming_them(tmp_path):
                       (LoadConfig(duration_s=2.0, warmup_requests=0), "load.warmup_requests must be >= 1")):
         run.load = lc
         assert any(words in p for p in load.load_problems(run)), (lc, load.load_problems(run))
+
+
+def test_request_rate_runs_on_servers_and_on_stepped_vllm_engines_only(tmp_path):
+    run = make_run(tmp_path, "x")
+    run.load = LoadConfig(request_rate=4.0)
+    run.backend.name = "hf"
+    assert any("neither serves nor steps" in p for p in load.load_problems(run))
+    run.backend.name = "vllm_serve"
+    assert not [p for p in load.load_problems(run) if "request_rate" in p]
+
+
+def test_t_quantile_matches_the_student_t_table():
+    from speedbench.metrics.speedup import t_quantile
+
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262, 29: 2.045}  # 97.5% quantiles
+    for df, t in table.items():
+        assert t_quantile(0.975, df) == pytest.approx(t, rel=2e-3)
+
+
+def test_a_load_points_interval_holds_the_spread_between_its_windows():
+    from speedbench.metrics.speedup import paired_speedup
+
+    # 8 requests, 4 windows; every request agrees within a window, the windows disagree (a server
+    # or client state that lasts a window): resampling repeats per request averages that away
+    rng = np.random.default_rng(1)
+    window = np.array([1.30, 1.22, 1.36, 1.25])
+    ratios = window[None, :] * (1 + 0.002 * rng.standard_normal((8, 4)))
+    plain = paired_speedup(ratios, 0.95, 500)
+    point = paired_speedup(ratios, 0.95, 500, windows=True)
+    assert point.point == plain.point
+    assert point.low < plain.low and point.high > plain.high
+    assert point.low < window.min() * 1.02 and point.high > window.max() * 0.98  # the windows' own range
+    noise = paired_speedup(ratios, 0.95, 500, requests=False, windows=True)
+    assert noise.rel_half_width > 0.05  # such a point is not stable at a 2% target
+
+
+def test_bursts_and_a_busy_client_flag_a_server_point_as_client_bound():
+    steady = [rec(f"r{i}", gaps=(0.02, 0.02)) for i in range(10)]
+    burst = [rec(f"b{i}", gaps=(0.0001, 0.0001)) for i in range(2)]  # read in one go by a lagging client
+    assert ml.burst_frac(steady) == 0.0 and ml.burst_frac(steady + burst) == pytest.approx(2 / 12)
+    quiet = GenerateOutput(steady, wall_s=1.0, extra={"client": ml.client_cost(0.1, 1.0, 30)})
+    assert ml.client_columns(quiet, quiet) == {"burst_frac": 0.0, "client_cpu_share": pytest.approx(0.1),
+                                               "client_bound": False}
+    assert ml.client_columns(GenerateOutput(steady + burst, wall_s=1.0), quiet)["client_bound"]
+    busy = GenerateOutput(steady, wall_s=1.0, extra={"client": ml.client_cost(0.95, 1.0, 30)})
+    assert ml.client_columns(quiet, busy)["client_bound"]
+    assert ml.client_cost(0.3, 1.0, 30)["cpu_ms_per_chunk"] == pytest.approx(10.0)

@@ -70,6 +70,9 @@ def test_a_server_conversation_sends_the_reply_it_streamed_back(server):
     second = render_conversation(tok, [(TWO.turns[0], reply)], TWO.turns[1], tokenize=True)
     assert list(second) in [list(p) for p in sent]
     assert next(r for r in out.requests if r.request_id == "two").turn_tokens == (MAX_NEW, MAX_NEW)
+    client = out.extra["client"]  # the client's own cost over the pass (a server point's client_bound reads it)
+    assert client["chunks"] == sum(len(r.chunks) for r in out.requests) > 0
+    assert client["cpu_s"] > 0 and 0 < client["cpu_share"] and client["window_s"] > 0
 
 
 def test_a_failed_conversation_is_data_and_the_pass_goes_on(server):
