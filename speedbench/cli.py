@@ -26,6 +26,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "round": ("speedbench.modelling.rounds", "explain one draft-and-verify round: tokens, costs, speedup"),
     "schedule": ("speedbench.schedule.cli", "pick the best D per load (batch size / concurrency) from a sweep; "
                  "write vLLM's num_speculative_tokens_per_batch_size; --verify a schedule against static D"),
+    "capacity": ("speedbench.capacity.cli", "the highest request rate (or concurrency) each configuration sustains "
+                 "within the SLO set, baseline and speculative, from a load sweep"),
     "gate": ("speedbench.gate.cli", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
     "merge": ("speedbench.results.merge", "merge results folders (e.g. one per Slurm job) into one"),
     "wandb-log": ("speedbench.loggers.cli", "log an existing results folder to Weights & Biases"),

@@ -40,6 +40,7 @@ from .. import metrics
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..config import ProtocolConfig
 from ..engine.clock import Lockstep
+from ..metrics.latency import client_columns, client_cost
 from ..records import Request
 from . import conversations
 from .load import active as load_active, stepped_point
@@ -73,6 +74,10 @@ class Measured:
             reasons.append(f"{noise_above_target(rel_half_width, cfg)} after {self.n_repeats} repeats ({self.stopped_by} reached)")
         if self.contention:
             reasons.append(f"contention: {self.contention}")
+        client = client_columns(self.base, self.spec)
+        if client["client_bound"]:
+            reasons.append(f"client_bound: the client set the pace ({client['burst_frac']:.0%} of requests delivered in "
+                           f"bursts, client CPU {client['client_cpu_share']:.0%} of a core)")
         return "; ".join(reasons)
 
 
@@ -115,7 +120,6 @@ def pooled_extra(extras: list[dict]) -> dict:
     """Pass notes that are counts, pooled over every pass (as ``al`` pools every repeat): the
     engine's counter deltas (``counters``) and the merged-chunk counts; the rest is the last pass's."""
     from ..backends.spec_counters import SpecCounters
-    from ..metrics.latency import client_cost
 
     out: dict = {}
     deltas = [e["counters"] for e in extras if isinstance(e.get("counters"), dict)]
