@@ -3,8 +3,12 @@ per-user vs per-GPU throughput Pareto, goodput vs request rate, and random vs re
 
 Reads load-point cells (``concurrency`` >= 1 or a finite ``request_rate``; docs/load.md). A
 point is *net-negative* when its speedup interval lies below 1, *pays* when it lies above 1,
-and is a *tie* otherwise; a drafter *stops paying* at the smallest concurrency from which no
-point pays. Unstable points are shown and marked, and never decide a verdict.
+and is a *tie* otherwise; a drafter *stops paying* at the smallest load (concurrency in closed
+loop, request rate in open loop) from which no point pays. Unstable points are shown and
+marked, and never decide a verdict. Each point says where it was measured (``path``: in
+process, stepped with its partner, or a server through the client) and whether the client set
+the pace (``client_bound``); with an SLO set, the SLA capacity of each configuration comes from
+``capacity.search`` (the command ``speedbench capacity`` prints the same rows).
 """
 from __future__ import annotations
 
@@ -42,40 +46,82 @@ def _stable(row) -> bool:
     return bool(row.get("stable", True)) if "stable" in row else True
 
 
-def stops_paying(points: pd.DataFrame) -> str:
-    """The smallest concurrency from which no stable point of one drafter pays, in words."""
-    rows = points.sort_values("concurrency")
+AXES = {"concurrency": ("C", "concurrency", "{:g}"), "request_rate": ("rate", "request rate", "{:g}/s")}
+
+
+def stops_paying(points: pd.DataFrame, axis: str = "concurrency") -> str:
+    """The smallest load from which no stable point of one drafter pays, in words, with the points behind it."""
+    short, word, fmt = AXES[axis]
+    rows = points.sort_values(axis)
     stable = rows[rows.apply(_stable, axis=1)]
+    unstable = len(rows) - len(stable)
+    note = f" ({unstable} unstable point(s) left out)" if unstable else ""
     if stable.empty:
-        return "no stable point: no verdict"
-    pays = [int(c) for c, v in zip(stable["concurrency"], stable["verdict"]) if v == "pays"]
-    later = [int(c) for c in stable["concurrency"] if not pays or c > max(pays)]
+        return f"no stable point: no verdict{note}"
+    loads = [float(c) for c in stable[axis]]
+    verdicts = list(stable["verdict"])
+    behind = ", ".join(f"{short} {fmt.format(c)}: {v}" for c, v in zip(loads, verdicts))
+    pays = [c for c, v in zip(loads, verdicts) if v == "pays"]
+    later = [c for c in loads if not pays or c > max(pays)]
     if not later:
-        return f"pays at every measured concurrency (up to {int(stable['concurrency'].max())})"
+        return f"pays at every measured {word} (up to {fmt.format(max(loads))}){note} [{behind}]"
     first = min(later)
-    neg = [int(c) for c, v in zip(stable["concurrency"], stable["verdict"]) if v == "net-negative"]
-    tail = f"; net-negative at C = {', '.join(map(str, neg))}" if neg else ""
-    return f"stops paying at C = {first}" + (" (never pays)" if not pays else "") + tail
+    neg = [fmt.format(c) for c, v in zip(loads, verdicts) if v == "net-negative"]
+    tail = f"; net-negative at {short} = {', '.join(neg)}" if neg else ""
+    return (f"stops paying at {short} = {fmt.format(first)}" + (" (never pays)" if not pays else "") + tail + note
+            + f" [{behind}]")
+
+
+def path(row) -> str:
+    """Where a point was measured: in process (stepped with its partner) or through a server's client."""
+    extra = row.get("extra") if isinstance(row.get("extra"), dict) else {}
+    protocol = extra.get("protocol") or {}
+    if "client" in extra or protocol.get("why_pass", "").startswith("a server"):
+        return "server"
+    return "in-process" if protocol.get("interleave") == "step" else "in-process (pass)"
+
+
+def _paths(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame["path"] = [path(r) for _, r in frame.iterrows()]
+    frame["verdict"] = [verdict(lo, hi) for lo, hi in zip(frame["speedup_ci_low"], frame["speedup_ci_high"])]
+    return frame
+
+
+def _verdict_lines(sec: Section, frame: pd.DataFrame, axis: str, key: str) -> None:
+    lines, stop = [], {}
+    for (ds, mech, d, where), grp in frame.groupby(["dataset", MECH, D, "path"]):
+        name = f"{ds}/{mech}/D={d}/{where}"
+        stop[name] = stops_paying(grp, axis)
+        lines.append(f"- {mech} (D = {d}, {ds}, {where}): {stop[name]}.")
+    sec.values[key] = stop
+    sec.text("\n".join(lines))
+
+
+def _client_note(sec: Section, frame: pd.DataFrame) -> None:
+    servers = frame[frame["path"] == "server"]
+    if servers.empty:
+        return
+    bound = servers[servers.get("client_bound", pd.Series(False, index=servers.index)).fillna(False).astype(bool)]
+    sec.values["client_bound"] = list(bound["cell_id"])
+    sec.text(f"Server points' absolute latencies (TTFT, TPOT, ITL) include the client, which runs on this machine: "
+             f"{len(bound)} of {len(servers)} server point(s) are `client_bound` (the client set the pace: requests "
+             "delivered in bursts, or a client busier than most of a core) and are unstable for it.")
 
 
 def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
-    frame = closed.copy()
-    frame["verdict"] = [verdict(lo, hi) for lo, hi in zip(frame["speedup_ci_low"], frame["speedup_ci_high"])]
-    cols = ["dataset", MECH, D, "concurrency", "al", "speedup", "speedup_ci_low", "speedup_ci_high", "speedup_throughput",
-            "speedup_throughput_ci_low", "speedup_throughput_ci_high", "tpot_ms_p99_spec", "itl_token_ms_p99_spec",
-            "verdict", "stable"]
+    frame = _paths(closed)
+    cols = ["dataset", MECH, D, "concurrency", "path", "al", "speedup", "speedup_ci_low", "speedup_ci_high",
+            "speedup_throughput", "speedup_throughput_ci_low", "speedup_throughput_ci_high", "tpot_ms_p99_spec",
+            "itl_token_ms_p99_spec", "burst_frac", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "concurrency"])
     sec.values["points"] = table.to_dict("records")
     sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
               "Closed-loop points: speedup of TPOT and of throughput against the matched baseline at the same "
               "concurrency, with intervals.",
               {"al": MEASURED, "speedup (TPOT)": MEASURED, "speedup_throughput": MEASURED, "verdict": DERIVED})
-    lines, stop = [], {}
-    for (ds, mech, d), grp in frame.groupby(["dataset", MECH, D]):
-        stop[f"{ds}/{mech}/D={d}"] = stops_paying(grp)
-        lines.append(f"- {mech} (D = {d}, {ds}): {stop[f'{ds}/{mech}/D={d}']}.")
-    sec.values["stops_paying"] = stop
-    sec.text("\n".join(lines))
+    _verdict_lines(sec, frame, "concurrency", "stops_paying")
+    _client_note(sec, frame)
     series = []
     for i, ((ds, mech, d), grp) in enumerate(frame.sort_values("concurrency").groupby(["dataset", MECH, D])):
         series.append(plots.Series(f"{mech} D={d} ({ds})", list(grp["concurrency"]), list(grp["speedup"]), "-o",
@@ -119,13 +165,35 @@ def _random_line(sec: Section, closed: pd.DataFrame) -> None:
 
 
 def _open(sec: Section, opened: pd.DataFrame) -> None:
-    cols = ["dataset", MECH, D, "request_rate", "requests_s_baseline", "requests_s_spec", "goodput_baseline",
-            "goodput_spec", "speedup_goodput", "speedup_goodput_ci_low", "speedup_goodput_ci_high", "stable"]
-    table = opened[[c for c in cols if c in opened]].sort_values(["dataset", MECH, D, "request_rate"])
+    frame = _paths(opened)
+    cols = ["dataset", MECH, D, "request_rate", "concurrency", "path", "speedup", "speedup_ci_low", "speedup_ci_high",
+            "requests_s_baseline", "requests_s_spec", "goodput_baseline", "goodput_spec", "speedup_goodput",
+            "speedup_goodput_ci_low", "speedup_goodput_ci_high", "client_bound", "verdict", "stable"]
+    table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "request_rate"])
     sec.values["goodput"] = table.to_dict("records")
-    sec.table(table.rename(columns={MECH: "drafter", D: "D"}),
-              "Open-loop points: goodput (requests/s meeting every SLO set) vs request rate.",
-              {"goodput_baseline": MEASURED, "goodput_spec": MEASURED, "speedup_goodput": MEASURED})
+    sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
+              "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate.",
+              {"goodput_baseline": MEASURED, "goodput_spec": MEASURED, "speedup_goodput": MEASURED,
+               "speedup (TPOT)": MEASURED, "verdict": DERIVED})
+    _verdict_lines(sec, frame, "request_rate", "stops_paying_open")
+    _client_note(sec, frame)
+
+
+def _capacity(sec: Section, data: ReportData) -> None:
+    """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``)."""
+    from ..capacity.search import CapacityError, search
+
+    try:
+        objectives, rows = search(data)
+    except CapacityError as exc:
+        sec.values["capacity"] = str(exc)
+        return
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in objectives.items())
+    sec.values["capacity"] = [r.line() for r in rows]
+    sec.text(f"**SLA capacity** ({slo}; 90% of requests within every objective; `speedbench capacity` for another "
+             "target):\n" + "\n".join(f"- {r.line()}; from the points at {r.axis} = "
+                                        f"{', '.join(f'{lv.load:g}' for lv in r.levels.get('spec', ()))}."
+                                        for r in rows))
 
 
 def build(data: ReportData, out: Path) -> Section:
@@ -143,4 +211,5 @@ def build(data: ReportData, out: Path) -> Section:
         _random_line(sec, closed)
     if not opened.empty:
         _open(sec, opened)
+    _capacity(sec, data)
     return sec

@@ -11,7 +11,7 @@ from tests.support.sweep_helpers import make_run
 def test_speedup_vs_concurrency_stop_point_and_pareto(tmp_path):
     for c in (1, 2, 8):  # verification cost grows with B(1+D): speculation stops paying as C grows
         run = make_run(tmp_path, "L", per_category=False, load=LoadConfig(concurrency=c, num_requests=8),
-                       backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0, "noise": 0.05}),
+                       backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0, "noise": 0.005}),
                        slo=SloConfig(tpot_ms=3))
         (cell,) = runner.run_cells(run, progress=False)
         assert cell.concurrency == c and cell.status == "ok"
@@ -39,9 +39,13 @@ def test_verdicts_and_where_a_drafter_stops_paying():
     assert (verdict(1.1, 1.3), verdict(0.7, 0.9), verdict(0.9, 1.1)) == ("pays", "net-negative", "tie")
     pts = pd.DataFrame({"concurrency": [1, 2, 4, 8], "verdict": ["pays", "pays", "tie", "net-negative"],
                         "stable": [True, True, True, True]})
-    assert stops_paying(pts) == "stops paying at C = 4; net-negative at C = 8"
-    pts["stable"] = [True, True, False, False]  # unstable points decide nothing
-    assert stops_paying(pts) == "pays at every measured concurrency (up to 2)"
+    line = stops_paying(pts)
+    assert line.startswith("stops paying at C = 4; net-negative at C = 8")
+    assert line.endswith("[C 1: pays, C 2: pays, C 4: tie, C 8: net-negative]")  # the points behind the verdict
+    pts["stable"] = [True, True, False, False]  # unstable points decide nothing, and the line says so
+    assert stops_paying(pts).startswith("pays at every measured concurrency (up to 2) (2 unstable point(s) left out)")
+    rates = pts.rename(columns={"concurrency": "request_rate"}).assign(stable=True)
+    assert stops_paying(rates, "request_rate").startswith("stops paying at rate = 4/s")
 
 
 def test_the_random_vs_real_line_states_how_far_random_input_moves_al_and_speedup():
