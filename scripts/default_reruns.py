@@ -11,7 +11,10 @@ it prints:
 * interval coverage: the share of (cell, rerun) pairs whose 95% interval holds the mean of
   that cell's speedups over the *other* reruns;
 * the stable share (cells with ``stable`` true) per rerun, and each rerun's wall time;
-* with ``--backend-noise``: the median of the cells' own noise estimate (``speedup_noise``).
+* with ``--backend-noise``: the median of the cells' own noise estimate (``speedup_noise``);
+* ``--metric speedup_throughput`` (or ``speedup_goodput``): the same figures for that speedup;
+* for load points: where each drafter stops paying in each rerun (the report's rule), and
+  whether the reruns agree.
 
 ``--compete`` runs one CPU-bound process (a Python busy loop) beside every rerun, the
 contention a shared machine or CI runner adds. Examples:
@@ -19,6 +22,8 @@ contention a shared machine or CI runner adds. Examples:
     python scripts/default_reruns.py --reruns 3
     python scripts/default_reruns.py --reruns 3 --compete
     python scripts/default_reruns.py --reruns 3 -- backend=vllm dataset=mini
+    python scripts/default_reruns.py --reruns 3 -- -m backend=vllm dataset=mini per_category=false \
+        drafter=ngram,tiny_draft_small load.concurrency=1,2,4,8 load.num_requests=16 protocol.budget_s=20
     python scripts/default_reruns.py --reuse OUT_DIR      # folders already there
 """
 from __future__ import annotations
@@ -66,21 +71,35 @@ def measured_cells(folder: Path):
     return cells[cells["status"] == "ok"]
 
 
-def figures(folders: list[Path], walls: list[float]) -> dict:
+def stops_paying(folder: Path) -> dict[str, str]:
+    """Where each drafter stops paying in one rerun's load points (the report's rule; {} without load points)."""
+    from speedbench.report.under_load import _paths, load_points, stops_paying as rule
+
+    cells = measured_cells(folder)
+    out = {}
+    for axis, points in zip(("concurrency", "request_rate"), load_points(cells)):
+        if points.empty:
+            continue
+        for (mech, d), grp in _paths(points).groupby(["drafter", "num_speculative_tokens"]):
+            out[f"{mech} D={d} by {axis}"] = rule(grp, axis).split(" [")[0]
+    return out
+
+
+def figures(folders: list[Path], walls: list[float], metric: str = "speedup") -> dict:
     import numpy as np
 
     tables = [measured_cells(f).set_index("cell_id") for f in folders]
     common = sorted(set.intersection(*(set(t.index) for t in tables)))
     if not common:
         raise SystemExit("the reruns share no measured cell")
-    speed = np.array([[float(t.loc[c, "speedup"]) for c in common] for t in tables])  # reruns x cells
+    speed = np.array([[float(t.loc[c, metric]) for c in common] for t in tables])  # reruns x cells
     cv = speed.std(axis=0, ddof=1) / speed.mean(axis=0)
     geo = np.exp(np.log(speed).mean(axis=1))
     covered, total = 0, 0
     for r, t in enumerate(tables):
         others = np.delete(speed, r, axis=0).mean(axis=0)
         for j, c in enumerate(common):
-            lo, hi = float(t.loc[c, "speedup_ci_low"]), float(t.loc[c, "speedup_ci_high"])
+            lo, hi = float(t.loc[c, f"{metric}_ci_low"]), float(t.loc[c, f"{metric}_ci_high"])
             if math.isfinite(lo) and math.isfinite(hi):
                 total += 1
                 covered += lo <= others[j] <= hi
@@ -91,7 +110,8 @@ def figures(folders: list[Path], walls: list[float]) -> dict:
         "cv_median": float(np.median(cv)), "cv_max": float(cv.max()),
         "geomean": [float(g) for g in geo], "geomean_spread": float((geo.max() - geo.min()) / np.median(geo)),
         "coverage": covered / total if total else math.nan, "coverage_pairs": total,
-        "stable_share": stable, "cell_noise_median": noise, "wall_s": walls,
+        "stable_share": stable, "cell_noise_median": noise, "wall_s": walls, "metric": metric,
+        "stops_paying": [stops_paying(f) for f in folders],
     }
 
 
@@ -102,6 +122,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reuse", type=Path, default=None, help="read rerun-* folders already in this folder")
     parser.add_argument("--compete", action="store_true", help="one CPU-bound process beside every rerun")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--metric", default="speedup", choices=("speedup", "speedup_throughput", "speedup_goodput"),
+                        help="which speedup the figures are of (default: speedup, of TPOT)")
     parser.add_argument("overrides", nargs="*", help="speedbench run overrides (after --)")
     args = parser.parse_args(argv)
     if args.reuse is not None:
@@ -118,14 +140,17 @@ def main(argv=None) -> int:
             folders.append(folder)
             walls.append(wall)
             print(f"rerun {i + 1}/{args.reruns}: {wall:.1f} s", file=sys.stderr)
-    f = figures(folders, walls)
+    f = figures(folders, walls, args.metric)
     print(f"{f['reruns']} reruns, {f['cells']} cells{' (one competing CPU-bound process)' if args.compete else ''}")
-    print(f"per-cell CV of the speedup: median {f['cv_median']:.1%}, max {f['cv_max']:.1%}")
+    print(f"per-cell CV of the {args.metric}: median {f['cv_median']:.1%}, max {f['cv_max']:.1%}")
     print("geometric means: " + ", ".join(f"{g:.3f}" for g in f["geomean"]) + f"; spread {f['geomean_spread']:.1%}")
     print(f"interval coverage: {f['coverage']:.2f} of {f['coverage_pairs']} (cell, rerun) pairs")
     print("stable share: " + ", ".join(f"{s:.0%}" for s in f["stable_share"])
           + "; median cell noise: " + ", ".join(f"{n:.1%}" for n in f["cell_noise_median"]))
     print("wall time: " + ", ".join(f"{w:.1f} s" for w in f["wall_s"]) + f" (median {statistics.median(f['wall_s']):.1f} s)")
+    for key in sorted({k for run in f["stops_paying"] for k in run}):
+        said = [run.get(key, "-") for run in f["stops_paying"]]
+        print(f"{key}: " + " | ".join(said) + ("  (the same in every rerun)" if len(set(said)) == 1 else "  (reruns differ)"))
     if args.json:
         args.json.write_text(json.dumps(f, indent=2))
     return 0
