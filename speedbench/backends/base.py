@@ -157,6 +157,10 @@ class TurnStepper(ABC):
         """One engine iteration; the turns it finished, as (key, result)."""
 
     @abstractmethod
+    def in_flight_tokens(self) -> int:
+        """Output tokens made so far by the turns not yet finished (the lockstep's progress between finishes)."""
+
+    @abstractmethod
     def checkpoint(self, progress: float) -> None:
         """An iteration boundary of the pass (a lockstep partner may take the turn)."""
 

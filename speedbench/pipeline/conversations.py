@@ -243,7 +243,7 @@ def _run_load(session: Session, stepper: TurnStepper, requests: list[Request], s
                     end(i, _outcomes([requests[i]], done.value)[0])
                 except Exception as exc:  # noqa: BLE001 - this request fails; the point goes on
                     end(i, _outcomes([requests[i]], exc=exc)[0])
-            stepper.checkpoint(made / budget)
+            stepper.checkpoint((made + stepper.in_flight_tokens()) / budget)  # the one behind in output steps next
     except Exception as exc:  # noqa: BLE001 - the engine failed: every request not finished fails as data
         for i in range(n):
             if outcomes[i] is None:

@@ -81,7 +81,7 @@ def test_vllm_in_process_load_points(tmp_path, engine_models):
     for role, starts in out["open_starts"].items():
         assert all(s >= a - 1e-9 for s, a in zip(starts, arrivals)), role
         assert out["open_wall"][role] >= arrivals[-1]
-    assert out["open_real_s"] < out["open_wall"]["baseline"] + out["open_wall"]["spec"]
+    assert out["open_real_s"] < 0.9 * (out["open_wall"]["baseline"] + out["open_wall"]["spec"])
     assert max(out["open_live_max"].values()) <= 6
     assert out["context_ok"]  # every step knows its live context
     itl_base, itl_spec, itl_token_spec = out["itl"]

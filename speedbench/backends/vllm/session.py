@@ -142,6 +142,9 @@ class _VllmTurnStepper(TurnStepper):
         self.done += out
         return out
 
+    def in_flight_tokens(self) -> int:
+        return sum(t.made for t in self.stepper.tracks.values())
+
     def checkpoint(self, progress: float) -> None:
         self.stepper.clock.checkpoint(progress)
 
