@@ -128,6 +128,26 @@ class Check:
     n_requests: int
     verdict: str
     note: str = ""
+    detectable_loss: float = math.nan  # the loss this check would catch 90% of the times (``detectable_loss``)
+
+
+DETECT_POWER = 0.9  # the share of runs in which a loss of ``detectable_loss`` would be called a regression
+
+
+def detectable_loss(low: float, high: float, tol: float, confidence: float, power: float = DETECT_POWER) -> float:
+    """The smallest relative loss this check would call a regression in ``power`` of runs with its own noise.
+
+    The interval is read as a normal interval of the log ratio (se = log(high / low) / (2 z)); a check
+    regresses when its upper bound is below 1 - tol, so a true ratio r is caught with probability
+    ``power`` when log r + (z + z_power) se < log(1 - tol): loss = 1 - (1 - tol) exp(-(z + z_power) se).
+    NaN without a finite interval. A PASS says nothing of losses below this: the run was too noisy to see them."""
+    from statistics import NormalDist
+
+    if not (math.isfinite(low) and math.isfinite(high) and low > 0 and high >= low):
+        return math.nan
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    se = math.log(high / low) / (2 * z)
+    return 1.0 - (1.0 - tol) * math.exp(-(z + NormalDist().inv_cdf(power)) * se)
 
 
 @dataclass
@@ -266,7 +286,8 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
         else:
             verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
-        check = Check(cid, lab, metric, est.baseline, est.current, est.ratio, est.low, est.high, rule.tolerance, est.n_requests, verdict, note)
+        check = Check(cid, lab, metric, est.baseline, est.current, est.ratio, est.low, est.high, rule.tolerance, est.n_requests,
+                      verdict, note, detectable_loss(est.low, est.high, rule.tolerance, cfg.confidence))
         out.append((check, est if verdict in (PASS, IMPROVED, REGRESSED, INFO) else None))
     return out
 
@@ -311,6 +332,6 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
             verdict = judge(ratio, low, high, tol) if math.isfinite(ratio) else NA
             report.checks.append(
                 Check("ALL", f"geometric mean over {len(ests)} cells", metric, math.nan, math.nan, ratio, low, high, tol,
-                      sum(e.n_requests for e in ests), verdict)
+                      sum(e.n_requests for e in ests), verdict, "", detectable_loss(low, high, tol, cfg.confidence))
             )
     return report

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .core import BAD, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, PROMPTS_DIFFER, GateReport
+from .core import BAD, DETECT_POWER, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, PROMPTS_DIFFER, GateReport
 from ..results.store import atomic_write_text
 
 
@@ -15,15 +15,38 @@ def _num(v: float, fmt: str = ".3f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
 
+def _pct(v: float) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.1%}"
+
+
+def detection_line(report: GateReport) -> str:
+    """What this run could have caught: the detectable loss of each gated pooled (or per-cell) metric."""
+    parts = []
+    for metric in report.config.rules:
+        rows = [c for c in report.checks if c.metric == metric and c.verdict not in (INFO, NA, INSUFFICIENT, PROMPTS_DIFFER)
+                and math.isfinite(c.detectable_loss)]
+        pooled = [c for c in rows if c.cell_id == "ALL"]
+        if pooled:
+            parts.append(f"{metric} {_pct(pooled[0].detectable_loss)} (all cells pooled)")
+        elif rows:
+            parts.append(f"{metric} {_pct(min(c.detectable_loss for c in rows))}-{_pct(max(c.detectable_loss for c in rows))}"
+                         " (per cell)")
+    if not parts:
+        return ""
+    return (f"could detect: a loss of {', '.join(parts)} in {DETECT_POWER:.0%} of runs at {report.config.confidence:.0%} "
+            "confidence, from this run's own noise; smaller losses pass unseen")
+
+
 def format_report(report: GateReport) -> str:
     conf = f"{report.config.confidence:.0%}"
-    head = f"{'cell':<16} {'case':<34} {'metric':<8} {'baseline':>9} {'current':>9} {'ratio':>7} {conf + ' CI':>17} {'min ok':>7} {'n':>4}  verdict"
+    head = (f"{'cell':<16} {'case':<34} {'metric':<8} {'baseline':>9} {'current':>9} {'ratio':>7} {conf + ' CI':>17} "
+            f"{'min ok':>7} {'detects':>7} {'n':>4}  verdict")
     lines = [f"speedbench gate: {report.current} vs baseline {report.baseline}", head, "-" * len(head)]
     for c in report.checks:
         ci = f"[{_num(c.low)}, {_num(c.high)}]"
         lines.append(
             f"{c.cell_id:<16} {c.label[:34]:<34} {c.metric:<8} {_num(c.baseline):>9} {_num(c.current):>9} "
-            f"{_num(c.ratio):>7} {ci:>17} {_num(1 - c.tolerance, '.2f'):>7} {c.n_requests:>4}  "
+            f"{_num(c.ratio):>7} {ci:>17} {_num(1 - c.tolerance, '.2f'):>7} {_pct(c.detectable_loss):>7} {c.n_requests:>4}  "
             f"{c.verdict.upper() if c.verdict in BAD else c.verdict}{'  (' + c.note + ')' if c.note else ''}"
         )
     for cell in report.missing:
@@ -51,7 +74,8 @@ def format_report(report: GateReport) -> str:
         tail = "PASS (nothing gated: allowed by allow_nothing_gated)"
     else:
         tail = "PASS"
-    return "\n".join(lines + [tail])
+    detect = detection_line(report)
+    return "\n".join(lines + ([detect] if detect else []) + [tail])
 
 
 def to_dict(report: GateReport) -> dict:
@@ -62,6 +86,7 @@ def to_dict(report: GateReport) -> dict:
         "current": report.current,
         "config": asdict(report.config),
         "checks": [asdict(c) for c in report.checks],
+        "could_detect": detection_line(report),
         "missing_in_current": report.missing,
         "new_in_current": report.new,
         "prompts_differ": report.prompts_differ,
