@@ -28,6 +28,9 @@ class BackendEntry:
     can_schedule: bool = False  # can run drafter.schedule (for the methods drafters.registry lists for ``build``)
     schedule_fixed_by: tuple[tuple[str, str], ...] = ()  # (drafter field, why) that fix K on this engine
     on_cpu: str | None = None  # "module:function": whether its engine runs on CPU (None: asked of nobody, True)
+    # requests it really has in flight at once (None: any C, batched or as concurrent streams), and why
+    max_in_flight: int | None = None
+    in_flight_why: str = ""
 
 
 _VLLM_METHODS = "speedbench.backends.vllm.spec:speedbench_methods_or_none"
@@ -48,7 +51,8 @@ ENTRIES: dict[str, BackendEntry] = {
     "vllm_serve": BackendEntry("speedbench.backends.vllm_serve:VllmServeBackend", eo.VllmServeOptions, "vllm",
                                _VLLM_METHODS, servers=True, can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED,
                                on_cpu=_VLLM_CPU),
-    "hf": BackendEntry("speedbench.backends.hf_backend:HFBackend", eo.HFOptions, "hf", "drafters"),
+    "hf": BackendEntry("speedbench.backends.hf_backend:HFBackend", eo.HFOptions, "hf", "drafters", max_in_flight=1,
+                       in_flight_why="transformers' assisted generation is batch-1: its requests run one after another"),
 }
 
 
