@@ -307,6 +307,20 @@ class OpenAIBackend(Backend):
         if not d and counters.per_pos:
             raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")
 
+    def check_drafted(self, before, after, spec, records) -> None:
+        """With vLLM's /metrics: a speculative pass whose server drafted nothing (0 drafts over the pass,
+        tokens generated) measured no drafter: the pass fails, naming the URL, rather than record AL 1."""
+        d = spec.drafter.num_speculative_tokens
+        if not d or before is None or after is None or not after.vllm_page:
+            return
+        if (after - before).drafts > 0 or not any(r.status == "ok" and r.n_tokens > 1 for r in records):
+            return
+        why = ("no spec-decode counters: speculative decoding is off there" if not after.per_pos
+               else "its spec-decode counters did not move")
+        raise ValueError(f"the speculative server at {self.opts['base_url']} drafted nothing over the pass "
+                         f"(/metrics: 0 drafts, {why}); drafter.method={spec.drafter.method} "
+                         f"D={d} was not measured")
+
 
 class _OpenAISession(Session):
     """One pass against one server: the speculative one, or the baseline for drafter ``none``."""
@@ -361,4 +375,5 @@ class _OpenAISession(Session):
             await self.client.aclose()
 
     def finish(self, records, steps) -> dict[str, Any]:
+        self.backend.check_drafted(self.before, self.after, self.spec, records)
         return self.backend.extra(self.spec, records, steps, self.before, self.after)
