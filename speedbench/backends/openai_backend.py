@@ -3,7 +3,8 @@
 The speculative run goes to ``backend.options.base_url``; the baseline to
 ``backend.options.baseline_url``, a second server of the same target without speculation.
 Speculation is configured on the server, so the drafter config here only names the cell
-(method, D); with vLLM's ``/metrics`` the server's D is checked against ``drafter.num_speculative_tokens``.
+(method, D); with vLLM's ``/metrics`` the server's D is checked against ``drafter.num_speculative_tokens``
+and a speculative pass in which it drafted nothing fails (``check_drafted``).
 
 Requests stream from ``/v1/completions`` (prompt token ids rendered with the same chat renderer
 as every other backend) or ``/v1/chat/completions`` (``endpoint: chat``; the server applies
