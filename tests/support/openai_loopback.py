@@ -11,7 +11,7 @@ The first path segment picks the behaviour: ``http://127.0.0.1:PORT/<behaviour>/
     malformed  one event that is not JSON
     empty      [DONE] and nothing else
     too_many   three times max_tokens tokens, finish_reason=length
-    flaky      as ok, but every third request (by prompt) is cut as ``early`` is
+    flaky      as ok, but every third request to it is cut as ``early`` is
     plain_vllm as ok; its /metrics is a vLLM page without speculative decoding (no spec-decode series)
     spec_vllm  as ok; its /metrics is a vLLM page with 4-token speculation whose counters move per request
 
@@ -78,7 +78,7 @@ class LoopbackServer:
                 self.wfile.write(data)
 
             def _flaky(self, body) -> None:
-                if len(json.dumps(body.get("prompt"))) % 3 == 0:
+                if sum(1 for r in outer.requests if r["path"].startswith("/flaky")) % 3 == 0:
                     self._early(body)
                 else:
                     self._ok(body)
