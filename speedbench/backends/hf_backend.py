@@ -127,11 +127,9 @@ class HFBackend(Backend):
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         from .base import device_problems
 
-        batch = [] if batch_size == 1 else [
-            f"batch_size={batch_size}: backend=hf runs batch_size=1 only (transformers' assisted generation is batch-1)"]
         lookup = [] if drafter is None or drafter.method != "ngram" or drafter.prompt_lookup_min == 1 else [
             "backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1"]
-        return device_problems(engine) + batch + lookup
+        return device_problems(engine) + lookup  # batch_size / load.concurrency: validation.check_in_flight
 
     def info(self) -> dict[str, Any]:
         import transformers

@@ -3,7 +3,8 @@
 The speculative run goes to ``backend.options.base_url``; the baseline to
 ``backend.options.baseline_url``, a second server of the same target without speculation.
 Speculation is configured on the server, so the drafter config here only names the cell
-(method, D); with vLLM's ``/metrics`` the server's D is checked against ``drafter.num_speculative_tokens``.
+(method, D); with vLLM's ``/metrics`` the server's D is checked against ``drafter.num_speculative_tokens``
+and a speculative pass in which it drafted nothing fails (``check_drafted``).
 
 Requests stream from ``/v1/completions`` (prompt token ids rendered with the same chat renderer
 as every other backend) or ``/v1/chat/completions`` (``endpoint: chat``; the server applies
@@ -306,6 +307,20 @@ class OpenAIBackend(Backend):
         if not d and counters.per_pos:
             raise ValueError(f"the baseline server at {self.opts['baseline_url']} has speculative decoding on")
 
+    def check_drafted(self, before, after, spec, records) -> None:
+        """With vLLM's /metrics: a speculative pass whose server drafted nothing (0 drafts over the pass,
+        tokens generated) measured no drafter: the pass fails, naming the URL, rather than record AL 1."""
+        d = spec.drafter.num_speculative_tokens
+        if not d or before is None or after is None or not after.vllm_page:
+            return
+        if (after - before).drafts > 0 or not any(r.status == "ok" and r.n_tokens > 1 for r in records):
+            return
+        why = ("no spec-decode counters: speculative decoding is off there" if not after.per_pos
+               else "its spec-decode counters did not move")
+        raise ValueError(f"the speculative server at {self.opts['base_url']} drafted nothing over the pass "
+                         f"(/metrics: 0 drafts, {why}); drafter.method={spec.drafter.method} "
+                         f"D={d} was not measured")
+
 
 class _OpenAISession(Session):
     """One pass against one server: the speculative one, or the baseline for drafter ``none``."""
@@ -362,6 +377,7 @@ class _OpenAISession(Session):
             await self.client.aclose()
 
     def finish(self, records, steps) -> dict[str, Any]:
+        self.backend.check_drafted(self.before, self.after, self.spec, records)
         return self.backend.extra(self.spec, records, steps, self.before, self.after) | {"client": self.client_cost(records)}
 
     def client_cost(self, records) -> dict[str, Any]:

@@ -31,6 +31,9 @@ class BackendEntry:
     # "module:function(backend config) -> why not": its passes are stepped in this process, so it runs
     # in-process load points (closed and open loop, ``pipeline.conversations``); '' when they are
     stepped: str | None = None
+    # requests it really has in flight at once (None: any C, batched or as concurrent streams), and why
+    max_in_flight: int | None = None
+    in_flight_why: str = ""
 
 
 _VLLM_METHODS = "speedbench.backends.vllm.spec:speedbench_methods_or_none"
@@ -52,7 +55,8 @@ ENTRIES: dict[str, BackendEntry] = {
     "vllm_serve": BackendEntry("speedbench.backends.vllm_serve:VllmServeBackend", eo.VllmServeOptions, "vllm",
                                _VLLM_METHODS, servers=True, can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED,
                                on_cpu=_VLLM_CPU),
-    "hf": BackendEntry("speedbench.backends.hf_backend:HFBackend", eo.HFOptions, "hf", "drafters"),
+    "hf": BackendEntry("speedbench.backends.hf_backend:HFBackend", eo.HFOptions, "hf", "drafters", max_in_flight=1,
+                       in_flight_why="transformers' assisted generation is batch-1: its requests run one after another"),
 }
 
 

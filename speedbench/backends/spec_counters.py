@@ -34,6 +34,8 @@ class SpecCounters:
     draft_tokens: int = 0
     accepted: int = 0
     per_pos: tuple[int, ...] = field(default_factory=tuple)
+    # read from a vLLM server's /metrics page (it has vllm:* series): there, no spec-decode series means no speculation
+    vllm_page: bool = False
 
     def __sub__(self, other: "SpecCounters") -> "SpecCounters":
         n = max(len(self.per_pos), len(other.per_pos))
@@ -41,7 +43,7 @@ class SpecCounters:
         b = list(other.per_pos) + [0] * (n - len(other.per_pos))
         return SpecCounters(
             self.drafts - other.drafts, self.draft_tokens - other.draft_tokens,
-            self.accepted - other.accepted, tuple(x - y for x, y in zip(a, b)),
+            self.accepted - other.accepted, tuple(x - y for x, y in zip(a, b)), self.vllm_page or other.vllm_page,
         )
 
     def __add__(self, other: "SpecCounters") -> "SpecCounters":
@@ -50,7 +52,7 @@ class SpecCounters:
         b = list(other.per_pos) + [0] * (n - len(other.per_pos))
         return SpecCounters(
             self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
-            self.accepted + other.accepted, tuple(x + y for x, y in zip(a, b)),
+            self.accepted + other.accepted, tuple(x + y for x, y in zip(a, b)), self.vllm_page or other.vllm_page,
         )
 
     @property
@@ -67,11 +69,11 @@ class SpecCounters:
                 "per_pos": list(self.per_pos), "al": self.al}
 
 
-def _merge(values: dict[str, float], per_pos: dict[int, float]) -> SpecCounters:
+def _merge(values: dict[str, float], per_pos: dict[int, float], vllm_page: bool = False) -> SpecCounters:
     pos = [int(round(per_pos[i])) for i in sorted(per_pos)]
     return SpecCounters(
         int(round(values.get("drafts", 0))), int(round(values.get("draft_tokens", 0))),
-        int(round(values.get("accepted", 0))), tuple(pos),
+        int(round(values.get("accepted", 0))), tuple(pos), vllm_page,
     )
 
 
@@ -116,4 +118,4 @@ def from_prometheus_text(text: str, model: str | None = None) -> SpecCounters:
         elif base == PER_POS and "position" in labels:
             i = int(labels["position"])
             per_pos[i] = per_pos.get(i, 0) + value
-    return _merge(values, per_pos)
+    return _merge(values, per_pos, vllm_page=any(sample.name.startswith("vllm:") for sample in samples))

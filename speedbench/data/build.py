@@ -104,6 +104,7 @@ def build_throughput(
     """
     if length_mode not in LENGTH_MODES:
         raise ValueError(f"length_mode must be one of {LENGTH_MODES}")
+    n_per_tier = prompts_per_tier(n_per_tier)  # before any split is opened (opening one truncates it)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -128,11 +129,32 @@ def build_throughput(
     return written
 
 
+_AT_LEAST_ONE = "a whole number of at least 1"
+
+
+def prompts_per_tier(value: Any) -> int:
+    """``n_per_tier``: a whole number of at least 1 (0 would truncate a split to nothing), else ValueError."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 1 or str(number) != str(value).strip():
+        raise ValueError(f"n_per_tier must be {_AT_LEAST_ONE}, not {value!r}")
+    return number
+
+
+def _n_per_tier_arg(text: str) -> int:
+    try:
+        return prompts_per_tier(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{_AT_LEAST_ONE}, not {text!r}") from None
+
+
 def add_build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True, help="tokenizer: builtin:NAME, random:PRESET, a folder or a hub id")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="mini", help="sizes and prompts per tier (default: mini)")
     parser.add_argument("--sizes", nargs="+", default=None, help="override the preset's sizes, e.g. 1k 8k")
-    parser.add_argument("--n-per-tier", type=int, default=None, help="override the preset's prompts per tier")
+    parser.add_argument("--n-per-tier", type=_n_per_tier_arg, default=None, help="override the preset's prompts per tier")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", default="datasets/throughput")
     parser.add_argument("--length-mode", choices=LENGTH_MODES, default="raw", help="which length is exact (see docs)")

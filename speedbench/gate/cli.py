@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 from dataclasses import replace
 
@@ -39,6 +42,12 @@ def main(args: argparse.Namespace) -> int:
         if not RunFolder(path).has_cells:
             print(f"speedbench gate: {name} {path} is not a results folder (no cells/)", file=sys.stderr)
             return EXIT_CONFIG
+    outputs = _outputs(args)
+    for option, (path, _) in outputs.items():  # before the verdict: a gate that cannot write it says so, exit 2
+        problem = _unwritable(path)
+        if problem:
+            print(f"speedbench gate: {option} {path}: cannot be written ({problem})", file=sys.stderr)
+            return EXIT_CONFIG
     if getattr(args, "allow_nothing_gated", False):
         cfg = replace(cfg, allow_nothing_gated=True)
     try:
@@ -47,8 +56,33 @@ def main(args: argparse.Namespace) -> int:
         print(f"speedbench gate: unusable input: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     print(format_report(report))
-    if args.json:
-        write_json(report, args.json)
-    if args.junit:
-        write_junit(report, args.junit)
+    for option, (path, write) in outputs.items():
+        try:
+            write(report, path)
+        except OSError as exc:  # it became unwritable meanwhile: exit 2, never 1 (a regression) for a passing gate
+            print(f"speedbench gate: {option} {path}: cannot be written ({exc.strerror or exc}); "
+                  "the verdict above was not saved", file=sys.stderr)
+            return EXIT_CONFIG
     return report.exit_code
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, tuple[Path, Callable]]:
+    """The report files asked for: option -> (path, writer)."""
+    writers = {"--json": (args.json, write_json), "--junit": (args.junit, write_junit)}
+    return {option: (Path(path), write) for option, (path, write) in writers.items() if path}
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why a report file could not be written at ``path`` (probed as the write makes it: a temporary file beside it), or None."""
+    try:
+        if path.is_dir():
+            return "it is a directory"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:  # named with the path it concerns when that is not the file (a parent that is a file)
+        where = str(exc.filename) if exc.filename and str(exc.filename) != str(path) else ""
+        reason = exc.strerror or str(exc)
+        return f"{reason}: {where}" if where and len(where) < len(str(path)) else reason
+    return None

@@ -56,11 +56,18 @@ class RoundResult:
 
 
 def account(x: RoundInputs) -> RoundResult:
+    """The round's numbers; ValueError when one of them is not a finite float (inputs too large to compute)."""
     emitted = x.accepted + 1
     draft = x.draft_steps * x.t_draft_step_ms
     round_cost = draft + x.t_verify_ms
     comparison = emitted * x.t_target_step_ms
-    speedup = comparison / round_cost if round_cost > 0 else float("nan")
+    speedup = comparison / round_cost
+    costs = {"draft cost": draft, "round cost": round_cost, "comparison cost": comparison, "speedup": speedup}
+    overflowed = [name for name, value in costs.items() if not math.isfinite(value)]
+    if overflowed:  # never "infx" or "nanx": a number too large for a float is not an answer
+        raise ValueError(f"the {overflowed[0]} overflows a float with these inputs (-D {x.depth}, --draft-ms "
+                         f"{x.t_draft_step_ms:g}, --verify-ms {x.t_verify_ms:g}, --target-ms {x.t_target_step_ms:g}, "
+                         f"--accepted {x.accepted}): use smaller numbers")
     return RoundResult(emitted, x.depth > 0 and x.accepted == x.depth, draft, round_cost, comparison, speedup)
 
 
@@ -70,10 +77,7 @@ def explain(x: RoundInputs, r: RoundResult) -> str:
         f"1 parallel draft step x {x.t_draft_step_ms:g} ms" if x.parallel and x.depth
         else f"{x.depth} draft steps x {x.t_draft_step_ms:g} ms"
     )
-    if not math.isfinite(r.speedup):  # the inputs refuse a zero round cost; never print "nanx"
-        verdict = "cannot be computed"
-    else:
-        verdict = "speculation pays" if r.speedup > 1 else "speculation does NOT pay"
+    verdict = "speculation pays" if r.speedup > 1 else "speculation does NOT pay"  # account(): a finite speedup
     return "\n".join([
         f"Round with D = {x.depth} drafts, {x.accepted} accepted before the first rejection:",
         f"  emitted tokens   = {x.accepted} accepted + {last} = {r.emitted}",
@@ -98,8 +102,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         x = RoundInputs(args.depth, args.draft_ms, args.verify_ms, args.target_ms, args.accepted, args.parallel)
+        result = account(x)
     except ValueError as exc:
         print(f"speedbench round: {exc}", file=sys.stderr)
         return 2
-    print(explain(x, account(x)))
+    print(explain(x, result))
     return 0

@@ -15,6 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import Any
 
 from .. import metrics, slurm
 from ..backends.base import GenerateOutput
@@ -119,6 +120,13 @@ class PassNotes:
     extra: dict = field(default_factory=dict)
 
 
+def stability(noise_reason: str, n_failed: int) -> dict[str, Any]:
+    """``stable`` and ``unstable_reason``: a cell with failed requests is never stable (its interval
+    covers the requests that finished, not the point that was asked), whatever its noise."""
+    reasons = ([f"{n_failed} request(s) failed"] if n_failed else []) + ([noise_reason] if noise_reason else [])
+    return {"stable": not reasons, "unstable_reason": "; ".join(reasons)}
+
+
 def assemble_cell(
     key: CellKey, base: GenerateOutput, spec: GenerateOutput, *, warmup_s: float, device: str, n_gpus: int,
     run: RunConfig | None = None, notes: PassNotes = PassNotes(), requests: "Sequence[Request]" = (), prepared=None,
@@ -146,9 +154,8 @@ def assemble_cell(
     values["synthetic_al"] = float(syn) if syn is not None else NAN
     if notes.n_repeats is not None:
         values["n_repeats"] = notes.n_repeats
-    if notes.instability is not None:
-        reason = notes.instability(speedup.speedup_noise)
-        values |= {"stable": not reason, "unstable_reason": reason}
+    if notes.instability is not None or failed:
+        values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
              **notes.extra}
     cell = CellResult(

@@ -156,6 +156,20 @@ def check_method(run) -> list[str]:
     return [refused] if refused else []
 
 
+def check_in_flight(run) -> list[str]:
+    """A load point is what ran: an engine that has fewer requests in flight than asked (``load.concurrency``,
+    else ``batch_size``; the registry's ``max_in_flight``) is refused, never recorded at a load it did not run."""
+    from .load import in_flight
+
+    entry = backends.entry(run.backend.name)
+    asked = in_flight(run)
+    if entry.max_in_flight is None or asked <= entry.max_in_flight:
+        return []
+    option = "load.concurrency" if run.load.concurrency is not None else "batch_size"
+    return [f"{option}={asked}: backend={run.backend.name} runs at most {entry.max_in_flight} request(s) in flight "
+            f"({entry.in_flight_why}); a point measured there is not a point at {option}={asked}"]
+
+
 def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
     """The drafter against the target, from their configs. Returns problems and the target's config."""
     from .. import models
@@ -166,6 +180,7 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
         return [f"backend.name={backend!r} is not a known backend; known: {backends.names()}"], None
     entry = backends.entry(backend)
     p += check_method(run)
+    p += check_in_flight(run)
     p += backends.backend_class(backend).preflight(run.backend, run.batch_size, d)  # nothing built, no server contacted
     if not entry.tokenizer:
         return p, None

@@ -8,6 +8,7 @@
         steps/<cell_id>.parquet     per-step records
         cells.parquet, cells.csv, cells.jsonl   the cell table
         provenance.json             git SHA, versions, device, resolved config, seeds
+        failures.jsonl              attempts that failed where a measured cell was kept (one line each)
         .locks/<cell_id>.lock       the flock of the process measuring that cell
         engine-logs/<name>.log      an engine's or server's own output
         .hydra/                     Hydra's files (``.hydra/run`` for one run, ``.hydra/<job>`` in a sweep)
@@ -85,6 +86,11 @@ class RunFolder:
     @property
     def provenance_path(self) -> Path:
         return self.root / "provenance.json"
+
+    @property
+    def failures_path(self) -> Path:
+        """Failed attempts at cells already measured: the measured cell stays, the attempt is a line here."""
+        return self.root / "failures.jsonl"
 
     @property
     def locks_dir(self) -> Path:

@@ -6,6 +6,7 @@
       steps/<cell_id>.parquet     per-step records
       cells.parquet, cells.csv, cells.jsonl   the cell table, rebuilt from cells/ after each cell
       provenance.json             git SHA, versions, device, resolved config, seeds (no secrets)
+      failures.jsonl              failed attempts at cells already measured (the measured cell stays)
 
 Every write goes to a temporary file and is renamed into place, so a process killed at any
 moment leaves only whole files: a finished cell is never lost and never half-written. Files
@@ -22,6 +23,7 @@ touches a cell already written.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -35,6 +37,8 @@ import pandas as pd
 from ..records import STATUS_OK, CellResult, field_names, to_row
 from ..redact import REDACTED, redact
 from .layout import RunFolder
+
+log = logging.getLogger(__name__)
 
 CELL_COLUMNS = field_names(CellResult)
 NUMERIC_COLUMNS = tuple(f.name for f in fields(CellResult) if f.type == "float")
@@ -158,24 +162,47 @@ class ResultsStore(RunFolder):
     """Reads and writes a run folder; every path comes from :class:`~speedbench.results.layout.RunFolder`."""
 
     # -- writing ---------------------------------------------------------------
-    def write_cell(self, cell: CellResult, records: Iterable[Any] = (), steps: Iterable[Any] = ()) -> None:
-        """The cell's records, steps and row (in that order, each atomic), then the table.
+    def write_cell(self, cell: CellResult, records: Iterable[Any] = (), steps: Iterable[Any] = ()) -> bool:
+        """The cell's records, steps and row (in that order, each atomic), then the table; True when written.
+
+        No write replaces a measured cell with a failed one: a failed attempt at a cell already
+        measured (``finished``) leaves its row, records, steps and the table as they are, and is one
+        line in ``failures.jsonl`` and a warning instead (False). A cell written without records or
+        steps drops those an earlier attempt left, so a row never sits beside another run's records.
 
         Any write that fails is a ``ResultsWriteError``; once the row is written, a failure
         rebuilding the table leaves the cell as written (the table is rebuilt from ``cells/``).
         """
         records, steps = list(records), list(steps)
         cid = cell.cell_id
+        if cell.status != STATUS_OK and self.finished(cid):
+            self._keep_measured(cell)
+            return False
 
         def own_files() -> None:
-            if records:
-                atomic_write_parquet(self.requests_path(cid), _frame(records))
-            if steps:
-                atomic_write_parquet(self.steps_path(cid), _frame(steps))
+            for path, rows in ((self.requests_path(cid), records), (self.steps_path(cid), steps)):
+                if rows:
+                    atomic_write_parquet(path, _frame(rows))
+                else:
+                    path.unlink(missing_ok=True)
             atomic_write_text(self.cell_path(cid), dumps(redact(to_row(cell))))
 
         _writing(self.root, f"cell {cid}", own_files)
         self.rebuild_table()
+        return True
+
+    def _keep_measured(self, cell: CellResult) -> None:
+        """A failed attempt at a measured cell: a line in ``failures.jsonl``, a warning; the cell stays."""
+        line = {"cell_id": cell.cell_id, "category": cell.category, "at": _utc_now(), "status": cell.status,
+                "error": cell.error, "kept": str(self.cell_path(cell.cell_id).relative_to(self.root))}
+
+        def append() -> None:
+            with open(self.failures_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(redact(line), default=_json_default) + "\n")
+
+        _writing(self.root, self.failures_path.name, append)
+        log.warning("cell %s (%s): this attempt failed (%s); the measured cell is kept as it was, the failure "
+                    "is in %s", cell.cell_id, cell.category, redact(cell.error), self.failures_path)
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
         _writing(self.root, self.provenance_path.name,
@@ -232,6 +259,12 @@ class ResultsStore(RunFolder):
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ResultsReadError(f"{path}: unreadable provenance ({type(exc).__name__}: {exc})") from exc
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _frame(records: list[Any]) -> pd.DataFrame:

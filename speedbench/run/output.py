@@ -24,7 +24,9 @@ SYNTHETIC_BANNER = "backend=synthetic: no model was run; every number below is m
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, float) and math.isnan(value):
+    """A value as strict JSON takes it: a number that is not finite (NaN, a closed loop's request_rate
+    ``inf``) is null (bare ``NaN``/``Infinity`` tokens are refused by JSON.parse, Go, serde)."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
@@ -51,11 +53,16 @@ def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
     }
 
 
+def strict_json(data: dict[str, Any]) -> str:
+    """What ``--json`` writes: strict JSON (``_clean``; a non-finite number left over is a bug, not output)."""
+    return json.dumps(_clean(data), indent=2, default=str, allow_nan=False) + "\n"
+
+
 def refused(json_path: str, error: str) -> None:
     """``--json`` of a run refused before anything ran (exit 2): the reason, no results."""
     data = {"results": None, "run_id": None, "exit_code": 2, "verdict": None, "error": error, "n_cells": 0,
             "n_failed": 0, "synthetic": False, "cells": []}
-    text = json.dumps(data, indent=2) + "\n"
+    text = strict_json(data)
     if json_path == "-":
         sys.stdout.write(text)
     else:
@@ -107,7 +114,7 @@ def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json
     if verdict:
         print(verdict, file=sys.stderr if not verdict_ok else out)
     if json_path:
-        text = json.dumps(data, indent=2, default=str) + "\n"
+        text = strict_json(data)
         if to_stdout_json:
             sys.stdout.write(text)
         else:

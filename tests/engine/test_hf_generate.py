@@ -2,9 +2,12 @@
 import pytest
 
 from speedbench import metrics
+from speedbench.config import BackendConfig
 from speedbench.drafters.registry import make_drafter
+from speedbench.pipeline.validation import check_in_flight
 
 from tests.support.engine_support import D, generate, make_backend, other_tokenizer_drafter
+from tests.support.sweep_helpers import make_run
 
 pytestmark = pytest.mark.engine
 
@@ -36,7 +39,10 @@ def test_hf_refuses_what_it_cannot_run(hf, engine_models):
     assert ["backend=hf: prompt lookup has no minimum n-gram size; set drafter.prompt_lookup_min=1"] == \
         type(hf).preflight(hf.engine, 1, make_drafter("ngram", 2, prompt_lookup_min=2))
     assert "layer_skip" not in methods("hf") and "draft_model" in methods("hf")
-    assert any("batch_size=1" in p for p in type(hf).preflight(hf.engine, 4, make_drafter("ngram", 2)))
+    for option in ("batch_size", "load.concurrency"):  # one request in flight: the validation pass refuses more
+        run = make_run("unused", "hf", backend=BackendConfig(name="hf"))
+        run.batch_size, run.load.concurrency = (4, None) if option == "batch_size" else (1, 4)
+        assert [p for p in check_in_flight(run) if f"{option}=4: backend=hf runs at most 1" in p]
 
 
 

@@ -94,6 +94,16 @@ def test_a_server_with_another_draft_length_is_refused(client):
     assert out_err and f"speculates {D} tokens" in out_err
 
 
+def test_a_speculative_url_that_serves_no_speculation_is_not_measured(servers, engine_models):
+    """Both URLs one plain vLLM server (the "speculative" one spelled ``localhost``): its /metrics shows
+    0 drafts, so the pass fails naming the URL (it was recorded ok as ngram D=4, AL 1.0)."""
+    plain = servers["baseline_url"].replace("127.0.0.1", "localhost")
+    backend = make_backend("openai", engine_models["target"], {**servers, "base_url": plain}, batch_size=2)
+    with pytest.raises(ValueError, match="drafted nothing") as info:
+        generate(backend, "ngram", batch_size=2)
+    assert plain in str(info.value)
+
+
 def test_cli_run_against_the_servers_keeps_the_key_out_of_results(servers, engine_models, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO), SB_TEST_KEY="sk-test-0123456789abcdef")
     args = [

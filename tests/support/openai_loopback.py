@@ -11,6 +11,12 @@ The first path segment picks the behaviour: ``http://127.0.0.1:PORT/<behaviour>/
     malformed  one event that is not JSON
     empty      [DONE] and nothing else
     too_many   three times max_tokens tokens, finish_reason=length
+    flaky      as ok, but every third request to it is cut as ``early`` is
+    plain_vllm as ok; its /metrics is a vLLM page without speculative decoding (no spec-decode series)
+    spec_vllm  as ok; its /metrics is a vLLM page with 4-token speculation whose counters move per request
+
+Other behaviours have no /metrics (404). ``<behaviour>~<tag>`` behaves as ``<behaviour>`` under another
+URL (two servers that behave alike, e.g. a "speculative" and a baseline URL of one plain server).
 
 Every handler gives up after ``MAX_HOLD_S`` or when the server stops, so a test can never hang
 on it; ``requests`` records each request's path, headers and body.
@@ -39,11 +45,13 @@ class LoopbackServer:
                 pass
 
             def _behaviour(self) -> str:
-                return self.path.strip("/").split("/", 1)[0]
+                return self.path.strip("/").split("/", 1)[0].split("~", 1)[0]
 
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.endswith("/models"):
                     self._json(200, {"data": [{"id": "tiny"}]})
+                elif self.path.endswith("/metrics") and self._behaviour() in ("plain_vllm", "spec_vllm"):
+                    self._text(outer.metrics_page(self._behaviour()))
                 else:
                     self._json(404, {"error": "not found"})
 
@@ -60,6 +68,20 @@ class LoopbackServer:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _text(self, text: str) -> None:
+                data = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _flaky(self, body) -> None:
+                if sum(1 for r in outer.requests if r["path"].startswith("/flaky")) % 3 == 0:
+                    self._early(body)
+                else:
+                    self._ok(body)
 
             def _start_stream(self) -> None:
                 self.send_response(200)
@@ -140,6 +162,18 @@ class LoopbackServer:
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def metrics_page(self, behaviour: str) -> str:
+        """A vLLM-style /metrics page; ``spec_vllm``: one 4-token draft per completion served so far there."""
+        lines = ['vllm:num_requests_running{model_name="tiny"} 0.0']
+        if behaviour == "spec_vllm":
+            n = sum(1 for r in self.requests if r["path"].startswith("/spec_vllm/"))
+            lines += [f'vllm:spec_decode_num_drafts_total{{model_name="tiny"}} {n}.0',
+                      f'vllm:spec_decode_num_draft_tokens_total{{model_name="tiny"}} {4 * n}.0',
+                      f'vllm:spec_decode_num_accepted_tokens_total{{model_name="tiny"}} {2 * n}.0']
+            lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="tiny",position="{i}"}} '
+                      f'{n if i < 2 else 0}.0' for i in range(4)]
+        return "\n".join(lines) + "\n"
 
     def url(self, behaviour: str, userinfo: str = "") -> str:
         return f"http://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}/{behaviour}/v1"

@@ -171,3 +171,31 @@ def test_cli_build_with_a_named_tokenizer_keeps_the_needle(name, tmp_path, capsy
     records = read(out / "throughput_1k.jsonl")
     needles = [r for r in records if r["sub_category"] == "needle"]
     assert needles and all(count_tokens(models.load_tokenizer(name), r["turns"][0]) == 1000 for r in records)
+
+
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_cli_build_refuses_no_prompts_per_tier_and_keeps_the_split(count, tmp_path, capsys):
+    """``--n-per-tier 0`` (or negative) would truncate an existing split to nothing: refused, one line, exit 2."""
+    from speedbench.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    split = out / "throughput_1k.jsonl"
+    split.write_text('{"kept": true}\n', encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["data", "build", "--tokenizer", "random:tiny-target", "--sizes", "1k", "--n-per-tier", count,
+              "--out-dir", str(out)])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert "--n-per-tier" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert "wrote" not in captured.out
+    assert split.read_text(encoding="utf-8") == '{"kept": true}\n'
+    assert not (out / "manifest.json").exists()
+
+
+def test_library_build_refuses_no_prompts_per_tier(tmp_path):
+    split = tmp_path / "throughput_1k.jsonl"
+    split.write_text("kept\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="n_per_tier"):
+        build_throughput(shared_whitespace_tokenizer(), sizes=("1k",), n_per_tier=0, out_dir=tmp_path)
+    assert split.read_text(encoding="utf-8") == "kept\n"

@@ -175,3 +175,17 @@ def test_committed_ci_baseline_matches_the_ci_benchmark():
     assert set(measured.cell_id) == expected, "stale CI baseline: run scripts/update-baseline.sh"
     assert (baseline["category"] == "all").sum() == 1  # and its derived overall row
     assert (baseline.status == "ok").all()
+
+
+@pytest.mark.parametrize("option", ["--json", "--junit"])
+@pytest.mark.parametrize("where", ["under_a_file", "name_too_long", "a_directory"])
+def test_an_unwritable_report_file_is_one_line_exit_2_before_a_verdict(option, where, tmp_path, capsys):
+    """Exit 1 means a regression: a passing gate that cannot write its report must not exit 1 (nor print PASS)."""
+    (tmp_path / "afile").write_text("x")
+    target = {"under_a_file": tmp_path / "afile" / "gate.out", "name_too_long": tmp_path / ("g" * 300),
+              "a_directory": tmp_path}[where]
+    base = shared_results()
+    assert gate(base, base, option, str(target)) == 2
+    out = capsys.readouterr()
+    assert option in out.err and "cannot be written" in out.err and len(out.err.strip().splitlines()) == 1
+    assert "PASS" not in out.out  # nothing computed that could be read as a verdict

@@ -54,6 +54,9 @@ def test_help_lists_the_new_subcommands(capsys):
     (["--target-ms", "nan"], "--target-ms nan"),
     (["--target-ms", "inf"], "--target-ms inf"),
     (["--verify-ms", "inf"], "--verify-ms inf"),
+    (["--target-ms", "1e308"], "overflows"),  # 4 x 1e308 ms: was "inf / 65 = infx"
+    (["--target-ms", "1e308", "--verify-ms", "1e308", "--draft-ms", "1e308"], "overflows"),  # was "nanx"
+    (["--target-ms", "1e308", "--verify-ms", "1e-300", "--draft-ms", "0"], "overflows"),  # the division overflows
 ])
 def test_impossible_rounds_are_refused_in_one_line(argv, named, capsys):
     assert main(["round", *argv]) == 2

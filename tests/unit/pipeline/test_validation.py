@@ -46,6 +46,7 @@ def wrote_nothing(tmp_path):
     (["run_id=../../escape"], ["run_id="]),
     (["backend.impl=banana"], ["backend.impl"]),  # engine settings: checked without building the engine
     (["backend=hf", "batch_size=4"], ["batch_size=4", "backend=hf"]),
+    (["backend=hf", "load.concurrency=4"], ["load.concurrency=4", "backend=hf"]),  # ran C=1, recorded C=4 before
     (["backend=openai", "target.path=random:tiny-target", "backend.options.base_url=http://127.0.0.1:9/v1",
       "backend.options.baseline_url=http://127.0.0.1:8/v1", "backend.options.timeout_s=-1"], ["backend.options.timeout_s"]),
     pytest.param(["backend.device=cuda"], ["backend.device"],
