@@ -173,7 +173,7 @@ class _SyntheticSession(Session):
                     accepted += 1
                 steps[b].append(StepCounts(drafted, accepted, emitted=accepted + 1, t_step=t_step / 1e3,
                                            t_draft=t_draft / 1e3, t_verify=t_verify / 1e3, t_accept=t_accept / 1e3,
-                                           verify_tokens=n * (1 + depth), iteration=iteration))
+                                           verify_tokens=n * (1 + depth), iteration=iteration, live_batch=n))
                 got[b] = min(spec.max_new_tokens, got[b] + accepted + 1)
                 if got[b] >= spec.max_new_tokens:
                     done[b], t_last[b] = True, clock.t

@@ -22,6 +22,7 @@ from ..backends.base import GenerateOutput
 from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..hashing import stable_hash
 from ..metrics import latency
+from ..metrics.buckets import bucket_notes
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
 from .load import active as load_active, columns as load_point, identity as load_identity
@@ -157,7 +158,7 @@ def assemble_cell(
     if notes.instability is not None or failed:
         values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
-             **notes.extra}
+             **bucket_notes(spec.steps), **notes.extra}
     cell = CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),

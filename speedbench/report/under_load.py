@@ -179,6 +179,24 @@ def _open(sec: Section, opened: pd.DataFrame) -> None:
     _client_note(sec, frame)
 
 
+def _by_live_batch(sec: Section, frame: pd.DataFrame) -> None:
+    """AL and step time by the live batch of each engine step (``extra.by_live_batch``: stepped engines)."""
+    rows = []
+    for _, cell in frame.iterrows():
+        extra = cell.get("extra") if isinstance(cell.get("extra"), dict) else {}
+        for b in extra.get("by_live_batch") or ():
+            rows.append({"drafter": cell[MECH], "D": cell[D], "concurrency": cell.get("concurrency"),
+                         "request_rate": cell.get("request_rate"), "live batch": b["bucket"], "steps": b["steps"],
+                         "AL": b["al"], "verify ms": b["t_verify_ms"], "step ms": b["t_step_ms"]})
+    if not rows:
+        return
+    table = pd.DataFrame(rows).sort_values(["drafter", "D", "concurrency", "request_rate", "live batch"])
+    sec.values["by_live_batch"] = table.to_dict("records")
+    sec.table(table, "Acceptance and step time by the live batch of each speculative engine step (in-process points: "
+                     "the engine's own batch at that step, which under load is rarely the nominal concurrency).",
+              {"AL": MEASURED, "verify ms": MEASURED, "step ms": MEASURED})
+
+
 def _capacity(sec: Section, data: ReportData) -> None:
     """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``)."""
     from ..capacity.search import CapacityError, search
@@ -211,5 +229,6 @@ def build(data: ReportData, out: Path) -> Section:
         _random_line(sec, closed)
     if not opened.empty:
         _open(sec, opened)
+    _by_live_batch(sec, pd.concat([closed, opened]))
     _capacity(sec, data)
     return sec

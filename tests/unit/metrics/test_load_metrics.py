@@ -189,3 +189,23 @@ def test_bursts_and_a_busy_client_flag_a_server_point_as_client_bound():
     busy = GenerateOutput(steady, wall_s=1.0, extra={"client": ml.client_cost(0.95, 1.0, 30)})
     assert ml.client_columns(quiet, busy)["client_bound"]
     assert ml.client_cost(0.3, 1.0, 30)["cpu_ms_per_chunk"] == pytest.approx(10.0)
+
+
+def test_acceptance_and_cost_by_live_batch_and_by_context_bucket():
+    from speedbench.metrics.buckets import bucket_notes, context_bucket
+    from speedbench.records import StepRecord
+
+    def step(it, live, ctx, drafted, accepted, t):
+        return StepRecord("r", it, 0, drafted, accepted, accepted + 1, 0.001, t, 0.0, t + 0.001, 5, iteration=it,
+                          context_len=ctx, live_batch=live)
+
+    steps = [step(0, 1, 100, 4, 3, 0.002), step(1, 1, 104, 4, 1, 0.002), step(2, 2, 600, 4, 0, 0.004),
+             step(3, 2, 1500, 0, 0, 0.004), step(4, -1, -1, 4, 4, 0.009)]  # the last: engine said nothing
+    assert (context_bucket(100), context_bucket(1024), context_bucket(1500), context_bucket(0)) == (64, 1024, 1024, -1)
+    notes = bucket_notes(steps)
+    one, two = notes["by_live_batch"]
+    assert (one["bucket"], one["drafts"], one["al"]) == (1, 2, 3.0) and one["t_verify_ms"] == pytest.approx(2.0)
+    assert (two["bucket"], two["steps"], two["drafts"], two["al"]) == (2, 2, 1, 1.0)
+    assert two["t_step_ms"] == pytest.approx(5.0)
+    assert [r["bucket"] for r in notes["by_context"]] == [64, 512, 1024]
+    assert notes["by_context"][2]["al"] is None  # no draft in that bucket: no AL, written as null
