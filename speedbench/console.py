@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,14 @@ NOISY_LOGGERS = (
     "httpx", "httpcore", "urllib3", "huggingface_hub", "filelock", "fsspec", "datasets",
     "transformers", "vllm", "torch", "matplotlib", "PIL", "wandb", "asyncio", "submitit",
 )
+# third-party lines that say nothing to a user of speedbench (logger -> the line's text): vLLM's CPU build
+# warns that its Triton lacks a CPU backend (it does not use it), that raw prompts are deprecated (the
+# harness's own API use) and that the in-process engine keeps its thread binding (the harness set it)
+IRRELEVANT = {
+    "vllm.triton_utils.importing": "Triton is installed, but doesn't include CPU backend",
+    "vllm.v1.engine.input_processor": "Passing raw prompts to InputProcessor is deprecated",
+    "vllm.v1.worker.cpu_worker": "doesn't allow to use `torch.set_num_threads`",
+}
 TRUE = {"1", "true", "yes", "on"}
 FALSE = {"0", "false", "no", "off"}
 
@@ -65,11 +74,29 @@ def quiet_third_party() -> None:
     level = log_level()
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    if not os.environ.get("SPEEDBENCH_LOG_LEVEL"):  # asked for: every line stays
+        for name, text in IRRELEVANT.items():
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _Drop) for f in logger.filters):
+                logger.addFilter(_Drop(text))
+        # vLLM's kernel scan touches torch.distributed.reduce_op at every engine start, which warns
+        warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
     # vLLM configures its own handlers from these variables when it is imported.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", logging.getLevelName(level))
     asked = bool(os.environ.get("SPEEDBENCH_LOG_LEVEL"))  # by default transformers' advice lines stay out too
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", logging.getLevelName(level).lower() if asked else "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1" if not progress_enabled() else "0")
+
+
+class _Drop(logging.Filter):
+    """Drops the records whose message contains ``text`` (``IRRELEVANT``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in str(record.msg)
 
 
 def error_line(exc: BaseException) -> str:
@@ -79,29 +106,34 @@ def error_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def stdout_fd_to(path: Path | None):
-    """Point file descriptor 1 at ``path`` while the block runs; processes started inside keep
-    it (vLLM's engine process prints its profiler tables and per-step logs there). ``None``:
-    leave stdout alone."""
+def stdout_fd_to(path: Path | None, fds: tuple[int, ...] = (1,)):
+    """Point file descriptor 1 (and the other ``fds``: 2 for an engine started in this process,
+    whose native code writes its start-up notes to stderr) at ``path`` while the block runs;
+    processes started inside keep it (vLLM's engine process prints its profiler tables and
+    per-step logs there). ``None``: leave them alone. An exception still reaches the caller."""
     if path is None:
         yield
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        saved = os.dup(1)
-    except OSError:  # no fd 1 (embedded interpreters): nothing to redirect
+        saved = {fd: os.dup(fd) for fd in fds}
+    except OSError:  # no such fd (embedded interpreters): nothing to redirect
         yield
         return
     with open(path, "ab") as sink:
-        os.dup2(sink.fileno(), 1)
+        for fd in fds:
+            os.dup2(sink.fileno(), fd)
     try:
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stderr.flush()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
 
 
 def engine_log(results_root: Path, name: str) -> Path | None:

@@ -93,7 +93,8 @@ class EnginePool:
         if sink is not None:
             log.info("vllm: engine output in %s", sink)
         starting = stepped.engine_start_in_process() if s.lockstep else contextlib.nullcontext()
-        with stdout_fd_to(sink), starting:  # the engine process inherits it: profiler tables, per-step logs
+        fds = (1, 2) if s.lockstep else (1,)  # in this process: its native start-up notes (NUMA binding) too
+        with stdout_fd_to(sink, fds), starting:  # the engine process inherits it: profiler tables, per-step logs
             llm = LLM(**kwargs)
         engine = Engine(llm, key, s.timers)
         if s.timers != "false":
