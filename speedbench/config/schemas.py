@@ -234,6 +234,6 @@ class RunConfig:
     run_id: str = MISSING
     resume: bool = True
     per_category: bool = True
-    n_gpus: int = 1  # GPUs one cell's engine uses (tokens/s per GPU, a Slurm job's GPUs); 0 on a CPU
+    n_gpus: int = 1  # GPUs one cell's engine uses (tokens/s per device, a Slurm job's GPUs); recorded 0 on a CPU
     seed: int = 0
     progress: str = "auto"  # progress bars: auto (only on a terminal) | true | false

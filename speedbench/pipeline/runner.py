@@ -246,7 +246,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         log.exception("engine start failed")
         not_started = f"start: {type(exc).__name__}: {exc}"
     info = backend.info()
-    device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
+    device = str(info.get("device", "cpu"))
+    n_gpus = 0 if device == "cpu" else run.n_gpus  # what the cell's engine ran on: no GPU on a CPU device
     store.write_provenance(provenance.collect(run, info, device))
 
     def all_failed(reason: str) -> list[CellResult]:

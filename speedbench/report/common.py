@@ -72,6 +72,14 @@ def setup_cols(cells: pd.DataFrame) -> list[str]:
     return [c for c in SETUP_CANDIDATES if c in cells and cells[c].astype(str).nunique() > 1]
 
 
+def per_device(cells: pd.DataFrame) -> str:
+    """How a per-device throughput is named: "per GPU" when the cells ran on GPUs, else "per device"
+    (a CPU run: ``n_gpus`` 0, the machine is its one device)."""
+    gpus = pd.to_numeric(cells.get("n_gpus", pd.Series(dtype=float)), errors="coerce")
+    return "per GPU" if (gpus > 0).any() and (cells.get("device", pd.Series("cuda", index=cells.index)) != "cpu").any() \
+        else "per device"
+
+
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
     return ok[(ok[D] > 0) & (ok["method"] != "none")] if not ok.empty else ok

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import draft_cost, plots
-from .common import B, D, MEASURED, MECH, Section, per_config, spec_cells
+from .common import B, D, MEASURED, MECH, Section, per_config, per_device, spec_cells
 
 
 def ranking(spec: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +98,7 @@ def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):
     for i, (mech, grp) in enumerate(conf.groupby(MECH)):
         groups[f"{mech} (all D)"] = (list(grp["tokens_per_s_user_spec"]), list(grp["tokens_per_s_per_gpu_spec"]), markers[i % len(markers)])
     return plots.pareto(out / "g5_pareto.png", groups, plots.Axes(
-        "tokens/s per user", "tokens/s per GPU", "G5: throughput vs latency, with and without speculation (measured)"),
+        "tokens/s per user", f"tokens/s {per_device(ok)}", "G5: throughput vs latency, with and without speculation (measured)"),
         "Pareto view: each point a (mechanism, D, B) configuration; lines are each group's frontier.")
 
 

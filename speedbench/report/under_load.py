@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import D, DERIVED, MEASURED, MECH, Section, finite, spec_cells
+from .common import D, DERIVED, MEASURED, MECH, Section, finite, per_device, spec_cells
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -132,17 +132,18 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
     groups, rows = {}, []
     marks = "o^sDvP*X"
     base = frame.drop_duplicates(["dataset", "concurrency"])
-    per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float)
+    per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float).clip(lower=1)  # CPU: 1 device
+    word = per_device(frame)
     groups["baseline"] = (list(base["tokens_per_s_user_baseline"]),
                           list(base["output_tok_s_baseline"] / per_gpu.loc[base.index]), "x")
     for i, (mech, grp) in enumerate(frame.groupby(MECH)):
         groups[mech] = (list(grp["tokens_per_s_user_spec"]), list(grp["output_tok_s_spec"] / per_gpu.loc[grp.index]),
                         marks[i % len(marks)])
     for label, (xs, ys, _) in groups.items():
-        rows += [{"series": label, "tok/s per user": x, "tok/s per GPU": y} for x, y in zip(xs, ys)]
+        rows += [{"series": label, "tok/s per user": x, f"tok/s {word}": y} for x, y in zip(xs, ys)]
     sec.values["pareto"] = rows
     sec.figure(plots.pareto(out / "load_pareto.png", groups, plots.Axes(
-        "output tokens/s per user", "output tokens/s per GPU", "Per-user vs per-GPU throughput"),
+        "output tokens/s per user", f"output tokens/s {word}", f"Per-user vs {word} throughput"),
         "Each point is one concurrency; the line is each series' frontier (both higher is better)."))
 
 
