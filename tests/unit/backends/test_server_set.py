@@ -1,6 +1,7 @@
 """ServerSet lifecycle with a small real HTTP server (Python's http.server on 127.0.0.1), and the
 server command lines ``backend=vllm_serve`` builds (fast; the vLLM servers are in engine/test_vllm_serve.py)."""
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -132,9 +133,10 @@ def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
     assert any("server_command" in p for p in problems) and any("ready_timeout_s" in p for p in problems)
 
 
-def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_nothing(tmp_path):
+def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_nothing(tmp_path, caplog):
     """A harness-started server that exits before it is ready (a bad flag, a missing model) is data: every cell of
-    the job is recorded failed, naming the server and its log, and no server process is left."""
+    the job is recorded failed, naming the server and its log, and no server process is left; the console gets
+    one line, no traceback."""
     from speedbench.pipeline import runner
     from speedbench.results import ResultsStore
     from tests.support.sweep_helpers import make_run
@@ -150,3 +152,6 @@ def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_
     assert all(c.error.startswith("start: RuntimeError: server ") and "exited with code 3" in c.error for c in cells)
     assert "no such flag" in (tmp_path / "s" / "engine-logs" / "server-baseline.log").read_text()
     assert len(ResultsStore(tmp_path / "s").cells()) == len(cells)  # recorded, not lost
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("speedbench")]
+    assert [r.getMessage().count("\n") for r in said] == [0] and said[0].exc_info is None, said
+    assert "exited with code 3" in said[0].getMessage()
