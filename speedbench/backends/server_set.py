@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -37,6 +38,21 @@ STOP_GRACE_S = 20.0
 _LIVE: dict[int, "Server"] = {}
 _LOCK = threading.Lock()
 _INSTALLED: list[bool] = [False]
+
+
+PORT_PLACEHOLDERS = ("host", "port")
+_NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # {name}; JSON ({"a": 1}) and other braces are not one
+
+
+def placeholder_names(arg) -> list[str]:
+    """The ``{name}`` placeholders in one command-line argument."""
+    return _NAMED.findall(arg) if isinstance(arg, str) else []
+
+
+def fill_placeholders(arg: str, values: dict) -> str:
+    """``arg`` with each ``{name}`` of ``values`` replaced and every other character as written: an
+    argument holding JSON (``{"max_position_embeddings": 2048}``) reaches the server as it is (no ``str.format``)."""
+    return _NAMED.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), arg)
 
 
 def free_port() -> int:
@@ -73,7 +89,7 @@ class Server:
                  port_args: tuple[str, ...] = ("--host", "{host}", "--port", "{port}")) -> None:
         self.role, self.log_path, self.health_path = role, Path(log_path), health_path
         self.port = free_port()
-        self.argv = [*argv, *(a.format(host=HOST, port=self.port) for a in port_args)]
+        self.argv = [*argv, *(fill_placeholders(a, {"host": HOST, "port": self.port}) for a in port_args)]
         self.root = f"http://{HOST}:{self.port}"
         self.url = self.root + "/v1"
         self.proc: subprocess.Popen | None = None

@@ -126,6 +126,20 @@ def test_any_server_command_with_its_own_flags():
         ["--a-b", "1", "--c", "--no-d", "--f", '{"x": 1}']
 
 
+def test_server_args_with_json_values_reach_the_server_as_written():
+    # vLLM's documented form for dict-valued flags; str.format read '"max_position_embeddings"' as a placeholder
+    overrides = '{"max_position_embeddings": 2048}'
+    b = _backend(server_args=["--hf-overrides", overrides, "--served-model-name", "{model}"],
+                 spec_server_args=["--note", "{num_speculative_tokens}{x"])
+    spec = b.argv(make_drafter("ngram", 4), 8)
+    assert spec[spec.index("--hf-overrides") + 1] == overrides
+    assert spec[spec.index("--served-model-name") + 1] == b.model_dir and spec[-1] == "4{x"
+    problems = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={
+        "server_args": ["--hf-overrides", overrides], "spec_server_args": ["--draft", "{draft_modle}"]}), 1)
+    assert problems == ["backend.options.spec_server_args: unknown placeholder {draft_modle} in '{draft_modle}' "
+                        "(known: {model}, {draft_model}, {num_speculative_tokens}, {speculative_config})"]
+
+
 def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
     problems = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={
         "base_url": "http://127.0.0.1:8000/v1", "server_command": [], "ready_timeout_s": 0}), 1)
