@@ -51,6 +51,78 @@ def test_a_server_that_exits_or_never_gets_ready_fails_with_its_log(tmp_path):
         assert time.perf_counter() - t0 < 15 and servers.pids() == []
 
 
+# a server that starts two workers as vLLM's API server starts its engine core: one in its process group,
+# one in a process group of its own (same session); it writes their pids to a file, then serves GET /
+FAMILY = textwrap.dedent("""
+    import http.server, os, sys, time
+    kids = []
+    for own_group in (False, True):
+        pid = os.fork()
+        if pid == 0:
+            if own_group:
+                os.setpgid(0, 0)
+            while True:
+                time.sleep(1)
+        kids.append(pid)
+    with open(sys.argv[1], "a") as f:
+        f.write(" ".join(map(str, kids)) + "\\n")
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), http.server.SimpleHTTPRequestHandler).serve_forever()
+""")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(pid_alive(p) for p in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, /proc")
+def test_a_server_that_died_is_replaced_and_its_workers_are_stopped(tmp_path):
+    kids = tmp_path / "kids.txt"
+    argv = [sys.executable, "-c", FAMILY, str(kids)]
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=("{port}",)) as servers:
+        (first,) = servers.ensure([("a", "baseline", argv)])
+        workers = [int(p) for p in kids.read_text().split()]
+        assert len(workers) == 2 and all(pid_alive(p) for p in workers)
+        os.kill(first.pid, signal.SIGKILL)  # the API process only, as the OOM killer would
+        first.proc.wait(timeout=10)
+        (second,) = servers.ensure([("a", "baseline", argv)])
+        assert second is not first and second.alive()
+        assert _gone(workers), [p for p in workers if pid_alive(p)]  # its engine core and worker: stopped too
+        workers = [int(p) for p in kids.read_text().split()[2:]]
+    assert _gone(workers)  # stopping the set stops the new server's own-group worker too
+
+
+def test_at_most_max_servers_alive_over_every_set_of_the_process(tmp_path):
+    """A sweep over a backend setting (target, dtype, engine_args, timeout_s) makes one backend, so one ServerSet,
+    per job: the bound counts every set's servers (6 were alive during job 3 with max_engines=2)."""
+    sets = [ServerSet(tmp_path / f"job{j}", ready_timeout_s=30, max_servers=2, health_path="/", port_args=PORT)
+            for j in range(3)]
+    try:
+        seen = []
+        for job in sets:
+            base, spec = job.ensure([("base", "baseline", HTTP), ("spec", "spec-x", HTTP)])
+            alive_now = [s for owner in sets for s in owner.servers.values() if s.alive()]
+            seen.append(len(alive_now))
+            assert base.alive() and spec.alive()  # the job's own servers run
+        assert seen == [2, 2, 2]
+        assert sets[0].servers == {} and sets[1].servers == {}
+        (again,) = sets[0].ensure([("base", "baseline", HTTP)])  # an earlier job's backend used again: restarted
+        assert again.alive() and sum(len(s.servers) for s in sets) == 2
+    finally:
+        for job in sets:
+            job.close()
+
+
 def _harness(tmp_path, then: str = "", **popen) -> tuple[subprocess.Popen, list[int]]:
     """A harness process that starts one server, prints its pids, runs ``then`` and sleeps."""
     script = textwrap.dedent(f"""
