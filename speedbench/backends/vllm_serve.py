@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import sys
 import tempfile
@@ -33,9 +34,11 @@ from ..config import DrafterConfig
 from .base import Backend
 from .openai_backend import OpenAIBackend, _server_problems, deadlines
 from ..config.engine_options import SPEC_METRICS, choice_problem
+from .server_health import DownServers, server_root
 from .server_set import PORT_PLACEHOLDERS, ServerSet, fill_placeholders, placeholder_names
 from .vllm.spec import on_cpu, speculative_config, synthetic_problems
 
+log = logging.getLogger(__name__)
 CPU_FLAGS = {"enforce_eager": True, "kv_cache_memory_bytes": 512 << 20}
 PLACEHOLDERS = ("model", "draft_model", "num_speculative_tokens", "speculative_config")
 # the options whose {name}s are filled in, and the names each knows (port_args: by server_set.Server)
@@ -117,6 +120,7 @@ class VllmServeBackend(OpenAIBackend):
         self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
+        self.down = DownServers()
         self.model_dir = models.local_dir(target.path)
         self._tmp_logs: str | None = None
         self.servers: ServerSet | None = None
@@ -185,10 +189,23 @@ class VllmServeBackend(OpenAIBackend):
         if drafter.method != "none":
             role = f"spec-{drafter.name}-d{drafter.num_speculative_tokens}".replace("/", "_")
             items.append((self._key(drafter, seqs), role, self.argv(drafter, seqs)))
-        found = self._set().ensure(items)
+        self._restart_down()
+        running = {id(s) for s in self._set().servers.values()}
+        found = self.servers.ensure(items)
+        for server in found:
+            if id(server) not in running:  # started now: a port a down server had is a new server's
+                self.down.forget(server_root(server.url))
         self.opts["baseline_url"] = found[0].url
         self.opts["base_url"] = found[-1].url if drafter.method != "none" else found[0].url
         self._current = found
+
+    def _restart_down(self) -> None:
+        """A server found dead or wedged (``server_health``) is stopped, so ``ensure`` starts it again."""
+        for server in list(self.servers.servers.values()) if self.servers else ():
+            if self.down.reason(server_root(server.url)):
+                log.warning("server %s was found dead or wedged: stopping it to start it again", server.role)
+                server.stop()
+                self.down.forget(server_root(server.url))  # that URL is gone; its port may serve a new server
 
     def _key(self, drafter, seqs: int) -> str:
         cfg = speculative_config(drafter) if drafter.method != "none" else None
