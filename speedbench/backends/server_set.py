@@ -11,7 +11,8 @@ one per speculative config). Each server:
   harness dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed harness leaves no server behind
   (the server's own children go with it when it shuts down);
 * writes stdout and stderr to ``<log_dir>/server-<role>.log`` (the run folder's
-  ``engine-logs/``);
+  ``engine-logs/``) through the harness, redacted line by line (``redact``: a key given as
+  ``--api-key VALUE`` or from the environment never reaches the file, nor its command line there);
 * is ready when ``GET <root><health_path>`` answers 200 within ``ready_timeout_s``; its
   start-up time (launch to ready) is recorded in :attr:`Server.startup_s` and never measured.
 
@@ -106,18 +107,24 @@ class Server:
         self.startup_s = float("nan")
         self._t0 = 0.0
         self.order = next(_STARTED)
+        self._pump: threading.Thread | None = None
 
     def start(self) -> None:
+        from .. import redact
+
         _install_handlers()
+        redact.collect(self.argv)  # a value after --api-key (or any credential flag) is a secret from now on
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as sink:
-            sink.write(f"# {' '.join(self.argv)}\n".encode())
-            sink.flush()
-            self._t0 = time.perf_counter()
-            self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=_die_with_parent(), env=child_env())
+            sink.write(f"# {' '.join(redact.redact(self.argv))}\n".encode())
+        self._t0 = time.perf_counter()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=_die_with_parent(), env=child_env())
         with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
             sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
+        self._pump = threading.Thread(target=_copy_redacted, args=(self.proc.stdout, self.log_path),
+                                      name=f"server-log-{self.role}", daemon=True)
+        self._pump.start()
         with _LOCK:
             _LIVE[self.proc.pid] = self
         log.info("server %s: pid %d on %s, log %s", self.role, self.proc.pid, self.url, self.log_path)
@@ -188,10 +195,25 @@ class Server:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if self._pump is not None:
+            self._pump.join(timeout=5.0)  # the log has all the server wrote (its pipe closed with its last process)
 
     def info(self) -> dict:
         return {"role": self.role, "url": self.url, "pid": self.pid, "startup_s": self.startup_s,
                 "log": self.log_path.name}
+
+
+def _copy_redacted(source, path: Path) -> None:
+    """The server's output into its log, one redacted line at a time, until the pipe closes."""
+    from ..redact import redact_text
+
+    try:
+        with source, open(path, "ab") as sink:
+            for line in iter(source.readline, b""):
+                sink.write(redact_text(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+                sink.flush()
+    except (OSError, ValueError):  # the disk filled, or the pipe closed under us: the server runs on
+        pass
 
 
 def session_members(sid: int) -> list[int]:

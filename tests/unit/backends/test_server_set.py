@@ -102,6 +102,21 @@ def test_a_server_that_died_is_replaced_and_its_workers_are_stopped(tmp_path):
     assert _gone(workers)  # stopping the set stops the new server's own-group worker too
 
 
+def test_a_key_on_the_server_command_line_or_from_the_environment_never_reaches_its_log(tmp_path, monkeypatch):
+    # server_args=[--api-key, ${oc.env:MY_SERVER_KEY}]: the server echoes its arguments (vLLM logs its non-default args)
+    monkeypatch.setenv("MY_SERVER_KEY", "ServerKey-8u7y-ii")
+    echo = [sys.executable, "-c", "import sys, os, runpy; print('args', sys.argv, os.environ['MY_SERVER_KEY'], flush=True); "
+            "sys.argv = ['http.server', '--bind', '127.0.0.1', sys.argv[-1]]; runpy.run_module('http.server', "
+            "run_name='__main__')", "--api-key", "ServerKey-8u7y-ii"]
+    flag_only = [*echo[:3], "--api-key", "FlagOnly-3e4r-oo"]  # known only as the value after --api-key
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=("{port}",)) as servers:
+        servers.ensure([("a", "baseline", echo), ("b", "spec-x", flag_only)])
+    for name in ("server-baseline.log", "server-spec-x.log"):
+        text = (tmp_path / name).read_text()
+        assert "args" in text and "<redacted>" in text, text
+        assert "ServerKey-8u7y-ii" not in text and "FlagOnly-3e4r-oo" not in text, text
+
+
 def test_at_most_max_servers_alive_over_every_set_of_the_process(tmp_path):
     """A sweep over a backend setting (target, dtype, engine_args, timeout_s) makes one backend, so one ServerSet,
     per job: the bound counts every set's servers (6 were alive during job 3 with max_engines=2)."""
