@@ -27,9 +27,10 @@ Each request is bounded by ``timeout_s`` between bytes, ``connect_timeout_s``,
 ``first_token_timeout_s`` (default: ``timeout_s``) and ``request_timeout_s`` for the whole request
 (default: 3 x ``timeout_s``), so a server that trickles keep-alives and never a token cannot hold a
 run. A server that is dead or wedged (a call got no answer, then neither did ``GET <health_path>``)
-costs one deadline: every other call to it fails at once, as data (``server_health``). A response counts as ``ok`` only when the stream ended properly (a ``finish_reason`` or
-``data: [DONE]``) and its token count fits the request (at least one token, at most ``max_tokens``;
-exactly ``max_tokens`` with ``finish_reason=length`` or ``ignore_eos``; equal to the server's own
+costs one deadline: every other call to it fails at once, as data (``server_health``). A response
+counts as ``ok`` only when the stream ended properly (a ``finish_reason`` or ``data: [DONE]``) and
+its token count fits the request (at least one token, at most ``max_tokens``; exactly
+``max_tokens`` with ``finish_reason=length`` or ``ignore_eos``; equal to the server's own
 ``usage.completion_tokens``); otherwise the request is recorded failed with the reason.
 
 The API key is read from the environment variable named by ``api_key_env`` at request time;
@@ -370,8 +371,8 @@ class _OpenAISession(Session):
 
     async def run_turn_async(self, turn: TurnInput) -> TurnResult:
         b = self.backend
-        self.watch.check()  # a dead or wedged server: the request is not sent (the pass's other requests: the same)
         body = b._body(self.model, turn.prompt, self.spec)
+        # a dead or wedged server: not sent (or cut when found so meanwhile); a ServerDown is this request's failure
         res = await self.watch.call(self.client, stream_request(self.client, self.url, body, b._headers(), b.deadlines))
         return b.turn_result(res, turn.prompt, self.spec)
 

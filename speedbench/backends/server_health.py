@@ -73,10 +73,6 @@ class PassWatch:
     def error(self) -> ServerDown:
         return ServerDown(f"server {self.root} is dead or wedged ({self.down.reason(self.root)}): not sent")
 
-    def check(self) -> None:
-        if self.down.reason(self.root):
-            raise self.error()
-
     async def call(self, client, coro):
         """Await ``coro`` (one call to the server) under the rule: not made when the server is down, cut
         when it is found down meanwhile, followed by the probe when it failed on transport."""
