@@ -24,7 +24,6 @@ def node():
 
 
 def test_without_slurm_a_job_asks_the_defaults(no_slurm):  # noqa: F811
-    slurm.largest_node.cache_clear()
     launcher = _launcher()
     assert (launcher.cpus_per_task, launcher.mem_gb) == (slurm.CPUS_PER_TASK, slurm.MEM_GB)
     assert slurm.fit_problems(launcher) == []
