@@ -62,12 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"speedbench: {error_line(exc)}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:  # a path the user gave
-        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `speedbench plan | head`: the reader left; not an error of ours
         _silence_stdout()
         return 0
+    except OSError as exc:  # a path that cannot be used, of any kind: one line naming it (console.path_error_line)
+        print(f"speedbench: {error_line(exc)}", file=sys.stderr)
+        return 2
     except Exception as exc:  # noqa: BLE001 - a results folder's fault, named in one line; anything else is a bug
         if not _results_fault(exc):
             raise

@@ -100,9 +100,22 @@ class _Drop(logging.Filter):
 
 
 def error_line(exc: BaseException) -> str:
-    """The first line of an exception's message (with its type when the message is empty)."""
+    """The first line of an exception's message (with its type when the message is empty); an
+    ``OSError`` about a path names the path and what the system said (:func:`path_error_line`)."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return path_error_line(exc)
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def path_error_line(exc: OSError) -> str:
+    """``cannot use PATH: REASON`` for an ``OSError`` about a path (a read-only mount, a name over
+    NAME_MAX, a symlink loop, a missing folder): the one line the CLI prints for any of them."""
+    path = os.fsdecode(exc.filename)
+    if exc.filename2 is not None:
+        path += f" -> {os.fsdecode(exc.filename2)}"
+    reason = exc.strerror or type(exc).__name__
+    return f"cannot use {path}: {reason}"
 
 
 @contextlib.contextmanager

@@ -14,11 +14,18 @@ What counts as a secret:
   measurement word (``chars_per_token``, ``token_match_rate``, ``prompt_token_limit``,
   ``first_token_timeout_s``) is not; names ending in ``_env`` name an environment variable and
   are kept, and so are ``PWD``/``OLDPWD`` (the shell's working directory);
+* the value after a credential flag: a command-line flag whose name is a secret name
+  (``--api-key VALUE``, ``--token VALUE``, ``--hf-token=VALUE``), as a list's next item
+  (``server_args: [--api-key, VALUE]``) or in any text (a command line, an override, a YAML list);
 * in any string: URL userinfo (``scheme://user:PASSWORD@host``), URL query parameters and
   ``name=value`` / ``name: value`` pairs whose name is a credential name, ``Bearer ...``,
   strings shaped like API keys (``sk-``, ``hf_``, ``ghp_``, JWTs ...);
 * any value registered with :func:`remember` (the run's own secrets, found in its config)
   and the value of every environment variable whose name is a credential name.
+
+Every sink goes through this module: results, provenance, Hydra's files, logs, stdout, the logs
+of servers the harness starts (``backends.server_set``) and every value handed to a third party
+(W&B: its config, summary and its settings - project, entity, name, group, tags, dir).
 """
 from __future__ import annotations
 
@@ -50,6 +57,9 @@ _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9_\-.=+/]{6,}")
 _QUERY = re.compile(r"(?P<lead>[?&;])(?P<name>[A-Za-z0-9_.\-]+)=(?P<value>[^&#\s'\"]+)")
 # name=value (command lines, query strings, overrides) and name: value (YAML, logs)
 _PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-+]+)(?P<sep>['\"]?\s*(?:=|:(?!//))\s*)(?P<q>['\"]?)(?P<value>[^\s&,;'\"}\]]+)")
+# a credential flag and its value in text: "--api-key VALUE", "[--api-key,VALUE]", a YAML list's next item
+_FLAG = re.compile(r"(?P<flag>(?<![\w\-])--?[A-Za-z][A-Za-z0-9_\-.]*)(?P<sep>\s*,\s*|\s*\n\s*-\s+|[ \t]+)"
+                   r"(?P<q>['\"]?)(?P<value>[^\s,'\"\[\]{}]+)")
 _KNOWN: set[str] = set()
 MIN_SECRET_LEN = 6  # shorter values (e.g. 'true', '1') would redact ordinary text
 
@@ -60,7 +70,8 @@ NOT_CREDENTIAL_AFTER = frozenset({"rate", "limit", "limits", "timeout", "count",
                                   "frac", "fraction", "ratio", "match", "ms", "budget", "total", "id", "ids", "type",
                                   "types", "dir", "path", "file", "name", "names", "env"})
 NOT_SECRET = frozenset({"full_key", "sort_key", "cache_key", "primary_key", "foreign_key", "key_type", "keys",
-                        "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir", "pwd", "oldpwd"})
+                        "keyerror", "key_error", "ssh_auth_sock", "xauthority", "key_dir", "pwd", "oldpwd",
+                        "why_pass"})  # why_pass: why a cell's passes ran back to back (protocol)
 
 
 def is_secret_name(name: Any) -> bool:
@@ -88,6 +99,12 @@ def _is_secret_name(name: str) -> bool:
     return leaf.replace("_", "").replace("-", "") in SECRET_WORDS
 
 
+def is_credential_flag(item: Any) -> bool:
+    """``--api-key``, ``-token``, ``--hf-token``: a flag whose value is a secret (``--api-key=VALUE``
+    holds its value itself: a name=value pair)."""
+    return isinstance(item, str) and item.startswith("-") and "=" not in item and is_secret_name(item.lstrip("-"))
+
+
 def env_secrets() -> set[str]:
     return {v for k, v in os.environ.items() if is_secret_name(k) and len(v) >= MIN_SECRET_LEN}
 
@@ -108,7 +125,9 @@ def collect(obj: Any) -> None:
                 remember(str(v))
             collect(v)
     elif isinstance(obj, (list, tuple)):
-        for v in obj:
+        for flag, v in zip([None, *obj], obj):
+            if is_credential_flag(flag) and isinstance(v, (str, int)) and not isinstance(v, bool):
+                remember(str(v))
             collect(v)
     elif isinstance(obj, str):
         for m in _USERINFO.finditer(obj):
@@ -118,6 +137,9 @@ def collect(obj: Any) -> None:
             for m in pattern.finditer(obj):
                 if is_secret_name(m.group("name")):
                     remember(m.group("value"))
+        for m in _FLAG.finditer(obj):
+            if is_credential_flag(m.group("flag")):
+                remember(m.group("value"))
 
 
 def _pair(m: re.Match) -> str:
@@ -137,7 +159,14 @@ def redact_text(text: str) -> str:
     text = _VALUE_SHAPES.sub(REDACTED, text)
     text = _QUERY.sub(lambda m: m.group(0) if not is_secret_name(m.group("name")) or m.group("value") == REDACTED
                       else f"{m.group('lead')}{m.group('name')}={REDACTED}", text)
+    text = _FLAG.sub(_flag, text)
     return _PAIR.sub(_pair, text)
+
+
+def _flag(m: re.Match) -> str:
+    if not is_credential_flag(m.group("flag")) or m.group("value") == REDACTED:
+        return m.group(0)
+    return f"{m.group('flag')}{m.group('sep')}{m.group('q')}{REDACTED}"
 
 
 def redact(obj: Any) -> Any:
@@ -148,7 +177,8 @@ def redact(obj: Any) -> Any:
         return {k: (REDACTED if is_secret_name(k) and v not in (None, "") and not isinstance(v, (dict, list, bool, float))
                     else redact(v)) for k, v in obj.items()}  # a float is a measurement, never a credential
     if isinstance(obj, (list, tuple)):
-        return [redact(v) for v in obj]
+        return [REDACTED if is_credential_flag(flag) and v not in (None, "") and not isinstance(v, (dict, list, bool))
+                else redact(v) for flag, v in zip([None, *obj], obj)]
     if isinstance(obj, str):
         return redact_text(obj)
     return obj

@@ -27,9 +27,11 @@ Poisson ``request_rate``. Per request:
 Each request is bounded by ``timeout_s`` between bytes, ``connect_timeout_s``,
 ``first_token_timeout_s`` (default: ``timeout_s``) and ``request_timeout_s`` for the whole request
 (default: 3 x ``timeout_s``), so a server that trickles keep-alives and never a token cannot hold a
-run. A response counts as ``ok`` only when the stream ended properly (a ``finish_reason`` or
-``data: [DONE]``) and its token count fits the request (at least one token, at most ``max_tokens``;
-exactly ``max_tokens`` with ``finish_reason=length`` or ``ignore_eos``; equal to the server's own
+run. A server that is dead or wedged (a call got no answer, then neither did ``GET <health_path>``)
+costs one deadline: every other call to it fails at once, as data (``server_health``). A response
+counts as ``ok`` only when the stream ended properly (a ``finish_reason`` or ``data: [DONE]``) and
+its token count fits the request (at least one token, at most ``max_tokens``; exactly
+``max_tokens`` with ``finish_reason=length`` or ``ignore_eos``; equal to the server's own
 ``usage.completion_tokens``); otherwise the request is recorded failed with the reason.
 
 The API key is read from the environment variable named by ``api_key_env`` at request time;
@@ -48,7 +50,9 @@ from .. import models
 from . import spec_counters, stream_steps
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import Deadlines, StreamResult, stream_request
+from .server_health import PROBE_S, DownServers, PassWatch, ServerDown, server_root
 
+AUX_READ_S = 30.0  # /models and /metrics reads
 TIMEOUT_OPTIONS = ("timeout_s", "connect_timeout_s", "first_token_timeout_s", "request_timeout_s")
 
 
@@ -126,6 +130,7 @@ class OpenAIBackend(Backend):
         self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
+        self.down = DownServers()
 
     def info(self) -> dict[str, Any]:
         return {"backend": self.name, "engine": "openai-compatible server", "device": "remote",
@@ -140,25 +145,30 @@ class OpenAIBackend(Backend):
         return {}
 
     def _metrics_url(self, base_url: str) -> str:
-        root = base_url.rstrip("/")
-        return (root[: -len("/v1")] if root.endswith("/v1") else root) + "/metrics"
+        return server_root(base_url) + "/metrics"
+
+    def _read_s(self) -> float:
+        """The bound on a /models or /metrics read: 30 s, or the requests' own read deadline when shorter."""
+        return min(AUX_READ_S, self.deadlines.read)
+
+    def watch(self, base_url: str) -> PassWatch:
+        """The dead-or-wedged rule for one pass's calls to ``base_url`` (``server_health``)."""
+        return PassWatch(self.down, base_url, self.opts["health_path"], min(PROBE_S, self.deadlines.connect))
 
     async def _model_name(self, client, base_url: str) -> str:
         if self.opts["model"]:
             return self.opts["model"]
         if base_url not in self._models:
-            resp = await client.get(base_url.rstrip("/") + "/models", headers=self._headers(), timeout=30)
+            resp = await client.get(base_url.rstrip("/") + "/models", headers=self._headers(), timeout=self._read_s())
             resp.raise_for_status()
             self._models[base_url] = resp.json()["data"][0]["id"]
         return self._models[base_url]
 
     async def _counters(self, client, base_url: str):
+        """The server's spec-decode counters; None when it has no /metrics page (a call that gets no answer raises)."""
         if not self.opts["metrics"]:
             return None
-        try:
-            resp = await client.get(self._metrics_url(base_url), headers=self._headers(), timeout=30)
-        except Exception:  # no /metrics: counters are simply unavailable
-            return None
+        resp = await client.get(self._metrics_url(base_url), headers=self._headers(), timeout=self._read_s())
         if resp.status_code != 200:
             return None
         return spec_counters.from_prometheus_text(resp.text)
@@ -345,8 +355,12 @@ class _OpenAISession(Session):
 
         b = self.backend
         self.client = httpx.AsyncClient(limits=httpx.Limits(max_connections=self.spec.batch_size + 4))
-        self.model = await b._model_name(self.client, self.base_url)
-        self.before = await b._counters(self.client, self.base_url)
+        self.watch = b.watch(self.base_url)
+        try:
+            self.model = await self.watch.call(self.client, b._model_name(self.client, self.base_url))
+        except ServerDown:  # found dead or wedged: every request of the pass fails as data, none is sent
+            self.model = ""
+        self.before = await self._counters()
         b._check_server(self.before, self.spec)
         self.t0 = time.perf_counter()
         self.cpu0 = time.process_time()  # the client's own cost: this process's CPU time over the pass
@@ -363,16 +377,24 @@ class _OpenAISession(Session):
         if wait > 0:
             await asyncio.sleep(wait)
 
+    async def _counters(self):
+        """/metrics through the dead-or-wedged rule; None when unavailable (no page, or no answer)."""
+        try:
+            return await self.watch.call(self.client, self.backend._counters(self.client, self.base_url))
+        except Exception:  # noqa: BLE001 - counters are simply unavailable
+            return None
+
     async def run_turn_async(self, turn: TurnInput) -> TurnResult:
         b = self.backend
         body = b._body(self.model, turn.prompt, self.spec)
-        res = await stream_request(self.client, self.url, body, b._headers(), b.deadlines)
+        # a dead or wedged server: not sent (or cut when found so meanwhile); a ServerDown is this request's failure
+        res = await self.watch.call(self.client, stream_request(self.client, self.url, body, b._headers(), b.deadlines))
         return b.turn_result(res, turn.prompt, self.spec)
 
     async def stop(self) -> None:
         self.client_s = (time.process_time() - self.cpu0, time.perf_counter() - self.t0)
         try:
-            self.after = await self.backend._counters(self.client, self.base_url)
+            self.after = await self._counters()
         finally:
             await self.client.aclose()
 

@@ -4,14 +4,21 @@ A :class:`ServerSet` is a context manager holding one server process per role (t
 one per speculative config). Each server:
 
 * listens on a free loopback port of 127.0.0.1 (the port is picked just before the start);
-* runs in a process group of its own (``start_new_session``), so stopping it stops every
-  process it started (vLLM's engine core, its workers); on Linux it also gets SIGTERM when the
+* runs in a session and process group of its own (``start_new_session``), so stopping it stops every
+  process it started (vLLM's engine core, its workers), also those that moved to a process group of
+  their own within its session, and also when the server itself already died (its API process
+  killed, as the OOM killer would: its children outlive it); on Linux it also gets SIGTERM when the
   harness dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed harness leaves no server behind
   (the server's own children go with it when it shuts down);
 * writes stdout and stderr to ``<log_dir>/server-<role>.log`` (the run folder's
-  ``engine-logs/``);
+  ``engine-logs/``) through the harness, redacted line by line (``redact``: a key given as
+  ``--api-key VALUE`` or from the environment never reaches the file, nor its command line there);
 * is ready when ``GET <root><health_path>`` answers 200 within ``ready_timeout_s``; its
   start-up time (launch to ready) is recorded in :attr:`Server.startup_s` and never measured.
+
+At most ``max_servers`` are alive in this process, counted over every :class:`ServerSet` (one per
+backend: a sweep over a backend setting such as ``target`` or ``engine_args`` makes one per job): to
+start one more, the oldest server not needed now is stopped first, whichever set holds it.
 
 Every live server is also known to this module: an ``atexit`` hook and SIGTERM / SIGHUP
 handlers (installed with the first start) stop them all, so a normal exit, a failure, Ctrl-C
@@ -20,8 +27,10 @@ handlers (installed with the first start) stop them all, so a normal exit, a fai
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -29,6 +38,7 @@ import sys
 import threading
 import time
 import urllib.request
+import weakref
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -36,7 +46,24 @@ HOST = "127.0.0.1"
 STOP_GRACE_S = 20.0
 _LIVE: dict[int, "Server"] = {}
 _LOCK = threading.Lock()
+_SETS: "weakref.WeakSet[ServerSet]" = weakref.WeakSet()  # every ServerSet of this process (the max_servers count)
+_STARTED = itertools.count()  # start order of the servers (the oldest is stopped first)
 _INSTALLED: list[bool] = [False]
+
+
+PORT_PLACEHOLDERS = ("host", "port")
+_NAMED = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")  # {name}; JSON ({"a": 1}) and other braces are not one
+
+
+def placeholder_names(arg) -> list[str]:
+    """The ``{name}`` placeholders in one command-line argument."""
+    return _NAMED.findall(arg) if isinstance(arg, str) else []
+
+
+def fill_placeholders(arg: str, values: dict) -> str:
+    """``arg`` with each ``{name}`` of ``values`` replaced and every other character as written: an
+    argument holding JSON (``{"max_position_embeddings": 2048}``) reaches the server as it is (no ``str.format``)."""
+    return _NAMED.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), arg)
 
 
 def free_port() -> int:
@@ -73,24 +100,31 @@ class Server:
                  port_args: tuple[str, ...] = ("--host", "{host}", "--port", "{port}")) -> None:
         self.role, self.log_path, self.health_path = role, Path(log_path), health_path
         self.port = free_port()
-        self.argv = [*argv, *(a.format(host=HOST, port=self.port) for a in port_args)]
+        self.argv = [*argv, *(fill_placeholders(a, {"host": HOST, "port": self.port}) for a in port_args)]
         self.root = f"http://{HOST}:{self.port}"
         self.url = self.root + "/v1"
         self.proc: subprocess.Popen | None = None
         self.startup_s = float("nan")
         self._t0 = 0.0
+        self.order = next(_STARTED)
+        self._pump: threading.Thread | None = None
 
     def start(self) -> None:
+        from .. import redact
+
         _install_handlers()
+        redact.collect(self.argv)  # a value after --api-key (or any credential flag) is a secret from now on
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as sink:
-            sink.write(f"# {' '.join(self.argv)}\n".encode())
-            sink.flush()
-            self._t0 = time.perf_counter()
-            self.proc = subprocess.Popen(self.argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=_die_with_parent(), env=child_env())
+            sink.write(f"# {' '.join(redact.redact(self.argv))}\n".encode())
+        self._t0 = time.perf_counter()
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=_die_with_parent(), env=child_env())
         with open(self.log_path, "ab") as sink:  # the group to look for if anything is ever left behind
             sink.write(f"# pid {self.proc.pid} (process group {self.proc.pid})\n".encode())
+        self._pump = threading.Thread(target=_copy_redacted, args=(self.proc.stdout, self.log_path),
+                                      name=f"server-log-{self.role}", daemon=True)
+        self._pump.start()
         with _LOCK:
             _LIVE[self.proc.pid] = self
         log.info("server %s: pid %d on %s, log %s", self.role, self.proc.pid, self.url, self.log_path)
@@ -132,7 +166,9 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        """SIGTERM to the whole process group, SIGKILL after ``STOP_GRACE_S``; idempotent."""
+        """SIGTERM to the whole process group, SIGKILL after ``STOP_GRACE_S``, then SIGKILL to every process
+        left in the server's session (a worker that made a process group of its own); idempotent, and
+        the same for a server that already died (its children are still its group's and session's)."""
         proc = self.proc
         if proc is None:
             return
@@ -153,15 +189,57 @@ class Server:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        proc.poll()  # reap the leader if it died before the signals
+        for pid in session_members(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._pump is not None:
+            self._pump.join(timeout=5.0)  # the log has all the server wrote (its pipe closed with its last process)
 
     def info(self) -> dict:
         return {"role": self.role, "url": self.url, "pid": self.pid, "startup_s": self.startup_s,
                 "log": self.log_path.name}
 
 
+def _copy_redacted(source, path: Path) -> None:
+    """The server's output into its log, one redacted line at a time, until the pipe closes."""
+    from ..redact import redact_text
+
+    try:
+        with source, open(path, "ab") as sink:
+            for line in iter(source.readline, b""):
+                sink.write(redact_text(line.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+                sink.flush()
+    except (OSError, ValueError):  # the disk filled, or the pipe closed under us: the server runs on
+        pass
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes of session ``sid`` (Linux ``/proc``: field 6 of ``/proc/PID/stat``); [] elsewhere."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != b"Z":
+            out.append(int(name))
+    return out
+
+
 class ServerSet:
-    """The servers of one backend: started on demand per role, at most ``max_servers`` alive
-    (the oldest speculative one is stopped to make room; the baseline stays), all stopped on exit."""
+    """The servers of one backend: started on demand per role, all stopped on exit. At most
+    ``max_servers`` alive in the process, over every set (the oldest server not asked for now
+    is stopped to make room, whichever set holds it: the current baseline stays)."""
 
     def __init__(self, log_dir: Path, ready_timeout_s: float = 600.0, max_servers: int = 2,
                  health_path: str = "/health", port_args: tuple[str, ...] = ("--host", "{host}", "--port", "{port}")) -> None:
@@ -170,6 +248,7 @@ class ServerSet:
         self.health_path, self.port_args = health_path, tuple(port_args)
         self.servers: dict[str, Server] = {}  # key -> server, oldest first
         self.starts: list[dict] = []  # every start: role, seconds to ready
+        _SETS.add(self)
 
     def __enter__(self) -> "ServerSet":
         return self
@@ -181,13 +260,12 @@ class ServerSet:
         """The servers for ``(key, role, argv)``: those not running are started together (in parallel)
         and waited for; returns them in order."""
         new = [(k, role, argv) for k, role, argv in items if not (k in self.servers and self.servers[k].alive())]
-        keep = {k for k, _, _ in items}
-        while len(self.servers) + len(new) > self.max_servers:
-            old = next((k for k in self.servers if k not in keep), None)
-            if old is None:
-                break
-            log.info("stopping server %s to make room (max_servers=%d)", self.servers[old].role, self.max_servers)
-            self.servers.pop(old).stop()
+        for k, _, _ in new:  # a server that died (OOM-killed): its engine and worker processes go with it
+            if k in self.servers:
+                dead = self.servers.pop(k)
+                log.warning("server %s (pid %s) died; stopping what it left and starting it again", dead.role, dead.pid)
+                dead.stop()
+        self._make_room(len(new), {k for k, _, _ in items})
         started = []
         try:
             for k, role, argv in new:
@@ -206,6 +284,18 @@ class ServerSet:
                 self.servers.pop(k)
             raise
         return [self.servers[k] for k, _, _ in items]
+
+    def _make_room(self, n_new: int, keep: set[str]) -> None:
+        """Stop the oldest servers, of any set, until ``n_new`` more fit in ``max_servers`` (``keep``: this
+        set's servers asked for now)."""
+        while sum(len(s.servers) for s in list(_SETS)) + n_new > self.max_servers:
+            held = [(srv.order, owner, k) for owner in list(_SETS) for k, srv in owner.servers.items()
+                    if not (owner is self and k in keep)]
+            if not held:
+                return
+            _, owner, k = min(held, key=lambda h: h[0])
+            log.info("stopping server %s to make room (max_engines=%d alive)", owner.servers[k].role, self.max_servers)
+            owner.servers.pop(k).stop()
 
     def pids(self) -> list[int]:
         return [s.pid for s in self.servers.values() if s.pid is not None]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import sys
 import tempfile
@@ -33,10 +34,28 @@ from ..config import DrafterConfig
 from .base import Backend
 from .openai_backend import OpenAIBackend, _server_problems, deadlines
 from ..config.engine_options import SPEC_METRICS, choice_problem
-from .server_set import ServerSet
+from .server_health import DownServers, server_root
+from .server_set import PORT_PLACEHOLDERS, ServerSet, fill_placeholders, placeholder_names
 from .vllm.spec import on_cpu, speculative_config, synthetic_problems
 
+log = logging.getLogger(__name__)
 CPU_FLAGS = {"enforce_eager": True, "kv_cache_memory_bytes": 512 << 20}
+PLACEHOLDERS = ("model", "draft_model", "num_speculative_tokens", "speculative_config")
+# the options whose {name}s are filled in, and the names each knows (port_args: by server_set.Server)
+ARG_OPTIONS = {"server_command": PLACEHOLDERS, "server_args": PLACEHOLDERS, "spec_server_args": PLACEHOLDERS,
+               "port_args": PORT_PLACEHOLDERS}
+
+
+def placeholder_problems(opts: dict[str, Any]) -> list[str]:
+    """A ``{name}`` that is not a placeholder (a typo such as ``{modle}``) would reach the server as it is."""
+    p = []
+    for key, known in ARG_OPTIONS.items():
+        for arg in opts.get(key) or ():
+            for name in placeholder_names(arg):
+                if name not in known:
+                    p.append(f"backend.options.{key}: unknown placeholder {{{name}}} in {arg!r} "
+                             f"(known: {', '.join('{' + k + '}' for k in known)})")
+    return p
 
 
 def engine_flags(args: dict[str, Any]) -> list[str]:
@@ -86,6 +105,7 @@ class VllmServeBackend(OpenAIBackend):
         if not isinstance(opts.get("max_engines"), int) or opts["max_engines"] < 2:
             p.append(f"backend.options.max_engines must be >= 2 (baseline + speculative server), got {opts.get('max_engines')!r}")
         p += choice_problem("spec_metrics", opts.get("spec_metrics"), SPEC_METRICS)
+        p += placeholder_problems(opts)
         p += [x for x in _server_problems(opts | {"base_url": "http://127.0.0.1:1/v1"})]
         if drafter is not None and opts.get("vllm_flags"):
             p += synthetic_problems(drafter, on_cpu)
@@ -100,6 +120,7 @@ class VllmServeBackend(OpenAIBackend):
         self.deadlines = deadlines(self.opts)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self._models: dict[str, str] = {}
+        self.down = DownServers()
         self.model_dir = models.local_dir(target.path)
         self._tmp_logs: str | None = None
         self.servers: ServerSet | None = None
@@ -137,7 +158,7 @@ class VllmServeBackend(OpenAIBackend):
         fill = {"model": self.model_dir, "draft_model": (spec_cfg or {}).get("model", ""),
                 "num_speculative_tokens": drafter.num_speculative_tokens,
                 "speculative_config": json.dumps(spec_cfg) if spec_cfg else ""}
-        args = [sys.executable if a == "python" else a.format(**fill) for a in o["server_command"]]
+        args = [sys.executable if a == "python" else fill_placeholders(a, fill) for a in o["server_command"]]
         if o["vllm_flags"]:
             args += ["--model", self.model_dir, "--dtype", t.dtype, "--seed", str(self.seed), "--max-num-seqs", str(seqs),
                      "--no-enable-prefix-caching"]  # the warm-up runs the measured prompts first
@@ -155,9 +176,9 @@ class VllmServeBackend(OpenAIBackend):
                 args += ["--speculative-config", json.dumps(spec_cfg)]
                 if o["spec_metrics"] != "counters":
                     args += ["--per-request-spec-decode-metrics", "detailed"]
-        args += [a.format(**fill) for a in o["server_args"]]
+        args += [fill_placeholders(a, fill) for a in o["server_args"]]
         if drafter.method != "none":
-            args += [a.format(**fill) for a in o["spec_server_args"]]
+            args += [fill_placeholders(a, fill) for a in o["spec_server_args"]]
         return args
 
     def ready(self, drafter, batch_size: int) -> None:
@@ -168,10 +189,23 @@ class VllmServeBackend(OpenAIBackend):
         if drafter.method != "none":
             role = f"spec-{drafter.name}-d{drafter.num_speculative_tokens}".replace("/", "_")
             items.append((self._key(drafter, seqs), role, self.argv(drafter, seqs)))
-        found = self._set().ensure(items)
+        self._restart_down()
+        running = {id(s) for s in self._set().servers.values()}
+        found = self.servers.ensure(items)
+        for server in found:
+            if id(server) not in running:  # started now: a port a down server had is a new server's
+                self.down.forget(server_root(server.url))
         self.opts["baseline_url"] = found[0].url
         self.opts["base_url"] = found[-1].url if drafter.method != "none" else found[0].url
         self._current = found
+
+    def _restart_down(self) -> None:
+        """A server found dead or wedged (``server_health``) is stopped, so ``ensure`` starts it again."""
+        for server in list(self.servers.servers.values()) if self.servers else ():
+            if self.down.reason(server_root(server.url)):
+                log.warning("server %s was found dead or wedged: stopping it to start it again", server.role)
+                server.stop()
+                self.down.forget(server_root(server.url))  # that URL is gone; its port may serve a new server
 
     def _key(self, drafter, seqs: int) -> str:
         cfg = speculative_config(drafter) if drafter.method != "none" else None

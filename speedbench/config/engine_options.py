@@ -76,6 +76,7 @@ class OpenAIOptions:
     first_token_timeout_s: Optional[float] = None  # default: timeout_s
     request_timeout_s: Optional[float] = None  # the whole request; default: 3 x timeout_s
     metrics: bool = True  # read /metrics counter deltas around each pass
+    health_path: str = "/health"  # probed after a call that got no answer (backends.server_health); vllm_serve: readiness
     vllm_extensions: bool = True  # send vLLM's extra fields (return_token_ids, ignore_eos, top_k)
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -91,7 +92,6 @@ class VllmServeOptions(OpenAIOptions):
     server_args: list[str] = field(default_factory=list)  # appended for every server ({model}, {draft_model}, ... filled)
     spec_server_args: list[str] = field(default_factory=list)  # appended for the speculative server only
     port_args: list[str] = field(default_factory=lambda: ["--host", "{host}", "--port", "{port}"])
-    health_path: str = "/health"
     ready_timeout_s: float = 600.0  # launch -> health 200, per server
     max_engines: int = 2  # servers alive at once (baseline + one speculative config)
     max_num_seqs: int = 8  # --max-num-seqs; raised to the load's concurrency / batch size when larger

@@ -42,16 +42,14 @@ class WandbLogger(CellLogger):
 
     def _init(self, run_id: str, run_uid: str, name: str, job_type: str, tags: list[str], config: dict[str, Any]):
         self.dir.mkdir(parents=True, exist_ok=True)
+        # everything W&B is handed is redacted (the one secret rule): a setting interpolated from a secret
+        # (+logger.options.entity=${oc.env:DB_PWD}) would land in W&B's debug log and run file as it is
+        given = redact({"project": self.cfg.project, "entity": self.cfg.options.get("entity"), "group": run_id,
+                        "job_type": job_type, "name": name, "tags": tags + self.extra_tags, "config": config})
         return wandb.init(
-            project=self.cfg.project,
-            entity=self.cfg.options.get("entity"),
-            group=run_id,
-            job_type=job_type,
-            name=name,
+            **given,
             id=run_uid,
-            tags=tags + self.extra_tags,
-            config=config,
-            dir=str(self.dir),
+            dir=redact(str(self.dir)),
             mode=self.cfg.mode,
             reinit="create_new",
             settings=wandb.Settings(console="off", silent=True, save_code=False, x_disable_stats=True),

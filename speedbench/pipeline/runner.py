@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..backends.registry import BACKENDS
+from ..console import error_line
 from ..config import DrafterConfig, RunConfig
 from ..records import CellResult, Request, RequestRecord, StepRecord, from_row, to_row
 from ..results import provenance, runlock
@@ -243,8 +244,9 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         backend.ready(run.drafter, in_flight(run))
         not_started = None
     except Exception as exc:  # noqa: BLE001 - recorded in the cells, named in the run's summary
-        log.exception("engine start failed")
         not_started = f"start: {type(exc).__name__}: {exc}"
+        log.error("engine start failed: %s", error_line(exc))  # data, not a bug: one line (the cells hold the rest)
+        log.debug("engine start failed", exc_info=True)
     info = backend.info()
     device = str(info.get("device", "cpu"))
     n_gpus = 0 if device == "cpu" else run.n_gpus  # what the cell's engine ran on: no GPU on a CPU device

@@ -63,11 +63,16 @@ class SweepGate(Callback):
 
         jobs = job_overrides(config)
         problems = check_jobs(config, jobs)
+        slurm = str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher")
+        if slurm:
+            from ..slurm import fit_problems
+
+            problems += fit_problems(config.hydra.launcher)  # a job no node can run would pend forever
         if problems:
             raise SweepRefused(ConfigError(problems))
         if STATE.check_only:
             raise SweepChecked(len(jobs))
-        if str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        if slurm:
             from ..slurm_states import install_watcher
 
             install_watcher()  # job states from squeue where sacct is off (one line, not one per poll)

@@ -17,13 +17,14 @@ URL_PASSWORD = "UrlPassw0rd-9f3k"
 OVERRIDE_SECRET = "OverrideAuth-1x9q"
 ENV_SECRET = "EnvSecret-4h8w-zz"
 QUERY_SECRET = "QueryTok-7m2p-yy"
+FLAG_SECRET = "FlagKey-5t6y-uu"  # the value after a credential flag in a list, vLLM's documented --api-key form
 # environment secrets under common names, interpolated into config fields with ${oc.env:NAME}
 NAMED_ENV = {
     "PGPASSWORD": "PgPassw0rd-31aa", "MYSQL_PWD": "MySqlPwd-72bb", "DB_PASS": "DbPass-93cc", "DB_PWD": "DbPwd-14dd",
     "GITHUB_PAT": "GithubPat-55ee", "PASSPHRASE": "Phrase-66ff-gg", "APITOKEN": "ApiTok-77hh-ii",
     "CLIENTSECRET": "ClientSec-88jj", "DATABASE_URL": "postgres://app:DbUrlPw-99kk@db.example:5432/app",
 }
-SECRETS = (URL_PASSWORD, OVERRIDE_SECRET, ENV_SECRET, QUERY_SECRET, *NAMED_ENV.values(), "DbUrlPw-99kk")
+SECRETS = (URL_PASSWORD, OVERRIDE_SECRET, ENV_SECRET, QUERY_SECRET, FLAG_SECRET, *NAMED_ENV.values(), "DbUrlPw-99kk")
 
 
 @pytest.mark.slow
@@ -39,6 +40,7 @@ def test_planted_secrets_reach_no_file_and_no_output(tmp_path):
             f"+backend.options.extra_body.endpoint_auth={OVERRIDE_SECRET}",
             f"+backend.options.extra_body.note={ENV_SECRET}",
             f"+backend.options.extra_body.callback='http://127.0.0.1:9/cb?access_token={QUERY_SECRET}'",  # port, then query
+            f"+backend.options.extra_body.argv=[--model,tiny,--api-key,{FLAG_SECRET}]",
             *(f"+backend.options.extra_body.field{i}=${{oc.env:{name}}}" for i, name in enumerate(NAMED_ENV)),
         ]
         env = subprocess_env(MY_SERVICE_TOKEN=ENV_SECRET, WANDB_MODE="offline", WANDB_SILENT="true", **NAMED_ENV)
@@ -77,6 +79,25 @@ def test_redact_text_covers_every_kind(text, secret):
     assert secret not in redact.redact_text(text)
 
 
+@pytest.mark.parametrize("text, secret", [
+    ("python -m vllm.entrypoints.openai.api_server --api-key FlagKey-1a2b --port 8000", "FlagKey-1a2b"),
+    ("- backend.options.server_args=[--api-key,FlagKey-1a2b]", "FlagKey-1a2b"),
+    ("server_args:\n- --api-key\n- FlagKey-1a2b\n", "FlagKey-1a2b"),
+    ("--hf-token=hf-FlagKey-1a2b --token 'tok123'", "tok123"),
+])
+def test_a_value_after_a_credential_flag_is_a_secret_in_any_text(text, secret):
+    out = redact.redact_text(text)
+    assert secret not in out and redact.REDACTED in out
+
+
+def test_a_value_after_a_credential_flag_is_a_secret_in_a_list():
+    argv = ["--model", "m", "--api-key", "k3y", "--token", "t", "--max-num-batched-tokens", "2048", "--api-key-file", "f"]
+    assert redact.redact(argv) == ["--model", "m", "--api-key", redact.REDACTED, "--token", redact.REDACTED,
+                                   "--max-num-batched-tokens", "2048", "--api-key-file", "f"]
+    redact.collect({"server_args": ["--api-key", "CollectedKey-77"]})  # remembered: redacted wherever it appears
+    assert "CollectedKey-77" not in redact.redact_text("vLLM: non-default args: {'api_key': ['CollectedKey-77']}")
+
+
 def test_redact_keeps_ordinary_settings():
     cfg = {"max_new_tokens": 64, "num_speculative_tokens": 4, "tokenizer": "x", "api_key_env": "OPENAI_API_KEY",
            "prompt_tokens": 10, "endpoint_auth": "s3cret-value", "nested": {"password": "pw-123456"}}
@@ -109,7 +130,7 @@ def test_common_secret_names_follow_the_rule(name):
 
 
 @pytest.mark.parametrize("name", ["PWD", "OLDPWD", "token_match_rate", "prompt_token_limit", "chars_per_token", "tokenizer",
-                                  "base_url", "max_new_tokens", "bypass", "compass", "monkey"])
+                                  "base_url", "max_new_tokens", "bypass", "compass", "monkey", "why_pass"])
 def test_ordinary_names_are_not_secret_names(name):
     assert not redact.is_secret_name(name)
 

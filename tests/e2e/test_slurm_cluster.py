@@ -183,3 +183,26 @@ def test_sigterm_to_a_slurm_sweep_cancels_its_jobs_and_removes_the_pickles(clust
     _wait_for(lambda: not [s for s in _tasks("speedbench-stopped").values() if s in ("PENDING", "RUNNING")] or None,
               timeout=30)
     assert not list(results.rglob("*.pkl"))
+
+
+def test_a_sweep_without_size_overrides_runs_and_one_no_node_can_run_is_refused(cluster, tmp_path):
+    """The launcher's 8 CPUs and 64 GB on a small node pended forever (PartitionConfig) while the sweep waited in
+    silence: now a job asks what the partition's largest node has, and a size set by hand that no node has is
+    refused before anything is submitted, naming the keys."""
+    cpus = int(subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True).stdout.split()[0])
+    base = ["hydra/launcher=slurm", "dataset=smoke", "dataset.categories=[coding]", "max_new_tokens=8",
+            "protocol.min_repeats=2", "protocol.max_repeats=2", f"results_dir={tmp_path / 'runs'}"]
+    refused = subprocess.run(speedbench_cmd("run", *base, "run_id=big", f"hydra.launcher.cpus_per_task={cpus + 6}",
+                                            "drafter.num_speculative_tokens=2,4", "-m"),
+                             cwd=tmp_path, env=subprocess_env(), text=True, capture_output=True, timeout=300)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"hydra.launcher.cpus_per_task={cpus + 6}: no node of the default partition has more than {cpus} CPUs" \
+        in refused.stderr and "Traceback" not in refused.stderr
+    assert _tasks("speedbench-big") == {}  # nothing submitted
+    proc = subprocess.Popen(speedbench_cmd("run", *base, "run_id=fits", "drafter.num_speculative_tokens=2", "-m"),
+                            cwd=tmp_path, env=subprocess_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    code, out, err = _finish(proc)
+    assert code == 0, (out[-2000:], err[-3000:])
+    (script,) = (tmp_path / "runs" / "fits" / ".hydra" / ".submitit").rglob("*_submission.sh")
+    assert f"#SBATCH --cpus-per-task={min(8, cpus)}" in script.read_text()
+    assert set(ResultsStore(tmp_path / "runs" / "fits").cells().status) == {"ok"}

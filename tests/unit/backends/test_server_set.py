@@ -1,6 +1,7 @@
 """ServerSet lifecycle with a small real HTTP server (Python's http.server on 127.0.0.1), and the
 server command lines ``backend=vllm_serve`` builds (fast; the vLLM servers are in engine/test_vllm_serve.py)."""
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -48,6 +49,93 @@ def test_a_server_that_exits_or_never_gets_ready_fails_with_its_log(tmp_path):
         with pytest.raises(TimeoutError, match="not ready after 2 s"):
             servers.ensure([("y", "mute", [sys.executable, "-c", "import time; time.sleep(60)"])])
         assert time.perf_counter() - t0 < 15 and servers.pids() == []
+
+
+# a server that starts two workers as vLLM's API server starts its engine core: one in its process group,
+# one in a process group of its own (same session); it writes their pids to a file, then serves GET /
+FAMILY = textwrap.dedent("""
+    import http.server, os, sys, time
+    kids = []
+    for own_group in (False, True):
+        pid = os.fork()
+        if pid == 0:
+            if own_group:
+                os.setpgid(0, 0)
+            while True:
+                time.sleep(1)
+        kids.append(pid)
+    with open(sys.argv[1], "a") as f:
+        f.write(" ".join(map(str, kids)) + "\\n")
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), http.server.SimpleHTTPRequestHandler).serve_forever()
+""")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(pid_alive(p) for p in pids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork, /proc")
+def test_a_server_that_died_is_replaced_and_its_workers_are_stopped(tmp_path):
+    kids = tmp_path / "kids.txt"
+    argv = [sys.executable, "-c", FAMILY, str(kids)]
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=("{port}",)) as servers:
+        (first,) = servers.ensure([("a", "baseline", argv)])
+        workers = [int(p) for p in kids.read_text().split()]
+        assert len(workers) == 2 and all(pid_alive(p) for p in workers)
+        os.kill(first.pid, signal.SIGKILL)  # the API process only, as the OOM killer would
+        first.proc.wait(timeout=10)
+        (second,) = servers.ensure([("a", "baseline", argv)])
+        assert second is not first and second.alive()
+        assert _gone(workers), [p for p in workers if pid_alive(p)]  # its engine core and worker: stopped too
+        workers = [int(p) for p in kids.read_text().split()[2:]]
+    assert _gone(workers)  # stopping the set stops the new server's own-group worker too
+
+
+def test_a_key_on_the_server_command_line_or_from_the_environment_never_reaches_its_log(tmp_path, monkeypatch):
+    # server_args=[--api-key, ${oc.env:MY_SERVER_KEY}]: the server echoes its arguments (vLLM logs its non-default args)
+    monkeypatch.setenv("MY_SERVER_KEY", "ServerKey-8u7y-ii")
+    echo = [sys.executable, "-c", "import sys, os, runpy; print('args', sys.argv, os.environ['MY_SERVER_KEY'], flush=True); "
+            "sys.argv = ['http.server', '--bind', '127.0.0.1', sys.argv[-1]]; runpy.run_module('http.server', "
+            "run_name='__main__')", "--api-key", "ServerKey-8u7y-ii"]
+    flag_only = [*echo[:3], "--api-key", "FlagOnly-3e4r-oo"]  # known only as the value after --api-key
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=("{port}",)) as servers:
+        servers.ensure([("a", "baseline", echo), ("b", "spec-x", flag_only)])
+    for name in ("server-baseline.log", "server-spec-x.log"):
+        text = (tmp_path / name).read_text()
+        assert "args" in text and "<redacted>" in text, text
+        assert "ServerKey-8u7y-ii" not in text and "FlagOnly-3e4r-oo" not in text, text
+
+
+def test_at_most_max_servers_alive_over_every_set_of_the_process(tmp_path):
+    """A sweep over a backend setting (target, dtype, engine_args, timeout_s) makes one backend, so one ServerSet,
+    per job: the bound counts every set's servers (6 were alive during job 3 with max_engines=2)."""
+    sets = [ServerSet(tmp_path / f"job{j}", ready_timeout_s=30, max_servers=2, health_path="/", port_args=PORT)
+            for j in range(3)]
+    try:
+        seen = []
+        for job in sets:
+            base, spec = job.ensure([("base", "baseline", HTTP), ("spec", "spec-x", HTTP)])
+            alive_now = [s for owner in sets for s in owner.servers.values() if s.alive()]
+            seen.append(len(alive_now))
+            assert base.alive() and spec.alive()  # the job's own servers run
+        assert seen == [2, 2, 2]
+        assert sets[0].servers == {} and sets[1].servers == {}
+        (again,) = sets[0].ensure([("base", "baseline", HTTP)])  # an earlier job's backend used again: restarted
+        assert again.alive() and sum(len(s.servers) for s in sets) == 2
+    finally:
+        for job in sets:
+            job.close()
 
 
 def _harness(tmp_path, then: str = "", **popen) -> tuple[subprocess.Popen, list[int]]:
@@ -125,6 +213,20 @@ def test_any_server_command_with_its_own_flags():
         ["--a-b", "1", "--c", "--no-d", "--f", '{"x": 1}']
 
 
+def test_server_args_with_json_values_reach_the_server_as_written():
+    # vLLM's documented form for dict-valued flags; str.format read '"max_position_embeddings"' as a placeholder
+    overrides = '{"max_position_embeddings": 2048}'
+    b = _backend(server_args=["--hf-overrides", overrides, "--served-model-name", "{model}"],
+                 spec_server_args=["--note", "{num_speculative_tokens}{x"])
+    spec = b.argv(make_drafter("ngram", 4), 8)
+    assert spec[spec.index("--hf-overrides") + 1] == overrides
+    assert spec[spec.index("--served-model-name") + 1] == b.model_dir and spec[-1] == "4{x"
+    problems = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={
+        "server_args": ["--hf-overrides", overrides], "spec_server_args": ["--draft", "{draft_modle}"]}), 1)
+    assert problems == ["backend.options.spec_server_args: unknown placeholder {draft_modle} in '{draft_modle}' "
+                        "(known: {model}, {draft_model}, {num_speculative_tokens}, {speculative_config})"]
+
+
 def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
     problems = VllmServeBackend.preflight(BackendConfig(name="vllm_serve", options={
         "base_url": "http://127.0.0.1:8000/v1", "server_command": [], "ready_timeout_s": 0}), 1)
@@ -132,9 +234,10 @@ def test_given_urls_and_bad_server_options_are_refused_before_anything_starts():
     assert any("server_command" in p for p in problems) and any("ready_timeout_s" in p for p in problems)
 
 
-def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_nothing(tmp_path):
+def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_nothing(tmp_path, caplog):
     """A harness-started server that exits before it is ready (a bad flag, a missing model) is data: every cell of
-    the job is recorded failed, naming the server and its log, and no server process is left."""
+    the job is recorded failed, naming the server and its log, and no server process is left; the console gets
+    one line, no traceback."""
     from speedbench.pipeline import runner
     from speedbench.results import ResultsStore
     from tests.support.sweep_helpers import make_run
@@ -150,3 +253,6 @@ def test_a_server_that_cannot_start_fails_every_cell_with_its_reason_and_leaves_
     assert all(c.error.startswith("start: RuntimeError: server ") and "exited with code 3" in c.error for c in cells)
     assert "no such flag" in (tmp_path / "s" / "engine-logs" / "server-baseline.log").read_text()
     assert len(ResultsStore(tmp_path / "s").cells()) == len(cells)  # recorded, not lost
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("speedbench")]
+    assert [r.getMessage().count("\n") for r in said] == [0] and said[0].exc_info is None, said
+    assert "exited with code 3" in said[0].getMessage()

@@ -101,3 +101,16 @@ def test_nan_metrics_are_left_out_of_the_summary():
 
     out = summary({"al": math.nan, "speedup": 1.5, "accepted_per_pos": [0.5, math.nan], "status": "ok", "cell_id": "x"})
     assert out == {"speedup": 1.5, "accepted_per_pos/1": 0.5}
+
+
+def test_a_secret_in_a_wandb_setting_reaches_no_wandb_file(logged, tmp_path, monkeypatch, capsys):
+    # +logger.options.entity=${oc.env:DB_PWD}: the setting is the environment secret's value; W&B wrote it to its
+    # debug log and run file as it was handed over
+    monkeypatch.setenv("DB_PWD", "DbPwdEntity-31xz")
+    cell = ResultsStore(logged).cells()["cell_id"].iloc[0]
+    assert cli.main(["wandb-log", str(logged), "--entity", "DbPwdEntity-31xz", "--dir", str(tmp_path),
+                     "--cells", cell]) == 0
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in files) and any(p.name.startswith("debug") for p in files), files
+    for path in files:
+        assert b"DbPwdEntity-31xz" not in path.read_bytes(), path

@@ -28,9 +28,11 @@ def _launcher(*overrides):
 def no_slurm(tmp_path, monkeypatch):
     """A machine without Slurm's commands (sinfo cannot say what a partition has)."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    slurm.partition_has_gpus.cache_clear()
+    for cached in (slurm.partition_has_gpus, slurm.largest_node):
+        cached.cache_clear()
     yield
-    slurm.partition_has_gpus.cache_clear()
+    for cached in (slurm.partition_has_gpus, slurm.largest_node):
+        cached.cache_clear()
 
 
 def test_gpus_only_when_the_engine_runs_on_gpus(no_slurm):
