@@ -93,8 +93,9 @@ def build(data: ReportData) -> Section:
     picks = recommend(spec, conf, "synthetic" in data.backends)
     sec.values["recommendation"] = picks.to_dict("records")
     sec.values["configs"] = conf.to_dict("records")
-    sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (geometric mean over "
-             "categories), with the caveats that apply. When the runner-up's interval overlaps the best one's, the "
+    sec.text("### What to pick\n\nBest configuration per batch size (and load point) by **measured** speedup (the "
+             "configuration's value above: its `all` row where it has one), with the caveats that apply; a pick on "
+             "unstable cells says so, and one without a measured, finite interval is *no verdict*. When the runner-up's interval overlaps the best one's, the "
              "pick is a **tie** and names both. A pick of `none` means no measured configuration beat plain decoding "
              "with confidence.")
     sec.table(picks, "", {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "predicted": DERIVED})
