@@ -175,3 +175,19 @@ def test_committed_ci_baseline_matches_the_ci_benchmark():
     assert set(measured.cell_id) == expected, "stale CI baseline: run scripts/update-baseline.sh"
     assert (baseline["category"] == "all").sum() == 1  # and its derived overall row
     assert (baseline.status == "ok").all()
+
+
+def test_a_verdict_on_unstable_cells_says_so(tmp_path):
+    """Issue 35 item 2: a G-verdict built on unstable cells names them (cell rows and the pooled ALL row)."""
+    baseline, current = copy_results(tmp_path / "baseline"), copy_results(tmp_path / "current")
+    for folder in (baseline, current):
+        for path in (folder / "cells").glob("*.json"):
+            path.write_text(json.dumps({**json.loads(path.read_text()), "stable": True}))
+    cell = sorted((current / "cells").glob("*.json"))[0]
+    cell.write_text(json.dumps({**json.loads(cell.read_text()), "stable": False}))
+    report = run_gate(baseline, current, load_config("default"))
+    mine = [c for c in report.checks if c.cell_id == cell.stem]
+    assert mine and all(c.note.endswith("unstable current cell") for c in mine)
+    others = [c for c in report.checks if c.cell_id not in (cell.stem, "ALL")]
+    assert others and not any("unstable" in c.note for c in others)
+    assert any("1 of" in c.note and "unstable side" in c.note for c in report.checks if c.cell_id == "ALL")
