@@ -67,3 +67,23 @@ def test_the_all_row_does_not_depend_on_how_many_repeats_a_category_took(tmp_pat
     after = raw_cells(tmp_path / "rep", derived=True)[0]
     assert after["al"] == before["al"] and after["n_requests"] == before["n_requests"]
     assert after["n_repeats"] == 2 and "the first 2 repeat(s) of each" in after["extra"]["derived"]
+
+
+def test_the_console_table_tells_load_points_apart(tmp_path):
+    from speedbench.pipeline.summary import format_table
+
+    for c in (1, 4):
+        runner.run_cells(_run(tmp_path, "lp", load=LoadConfig(concurrency=c, num_requests=4)), progress=False)
+    lines = format_table(ResultsStore(tmp_path / "lp").cells()).splitlines()
+    head = lines[0].split()
+    assert head[head.index("B") + 1: head.index("B") + 3] == ["C", "rate"]
+    col = head.index("C")
+    assert sorted({line.split()[col] for line in lines[1:]}) == ["1", "4"]
+    assert {line.split()[col + 1] for line in lines[1:]} == {"-"}  # closed loop: no rate
+    plain = format_table(ResultsStore(_plain(tmp_path)).cells()).splitlines()[0].split()
+    assert "C" not in plain and "rate" not in plain  # no load point ran: no columns
+
+
+def _plain(tmp_path):
+    runner.run_cells(_run(tmp_path, "plain"), progress=False)
+    return tmp_path / "plain"
