@@ -53,7 +53,7 @@ def build(data, out: Path) -> Section:
             continue
         frame = pd.DataFrame([{sched.load_column: c.load, "context bucket": c.context_bucket or "-",
                                "K": c.D if c.decided else "n/a", "speedup": c.speedup, "interval": _iv(c.ci),
-                               "evidence": c.verdict if not c.decided else (c.unstable or "stable"),
+                               "evidence": c.evidence,
                                "cells": ", ".join(c.cells)} for c in sched.table])
         sec.text(f"**{name}** (load = {sched.load_column}, as each cell ran): `num_speculative_tokens_per_batch_size` = "
                  f"`{json.dumps(sched.ranges)}`" + "".join(f"; {n}" for n in sched.notes()))

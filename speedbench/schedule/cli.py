@@ -75,11 +75,10 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     print(f"drafter {sched.drafter}; load = {sched.load_column}")
-    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<22} cells")
+    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<30} cells")
     for c in sched.table:
-        how = c.verdict if not c.decided else (c.unstable or "stable")
         print(f"{c.load:>6} {c.context_bucket:<10} {c.D if c.decided else 'n/a':>3} {_f(c.speedup):>8} "
-              f"{_iv(c.ci):<16} {how:<22} {','.join(c.cells)}")
+              f"{_iv(c.ci):<16} {c.evidence:<30} {','.join(c.cells)}")
     for line in sched.notes():
         print(f"note: {line}")
     ranges = sched.ranges

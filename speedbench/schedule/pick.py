@@ -33,6 +33,10 @@ DEFAULT_CAP = 4096  # the last range's end: past any max_num_seqs a deployment s
 LOAD_COLUMNS = ("concurrency", "batch_size")
 
 
+NO_VERDICT = "no verdict"
+K0 = "no D's interval lies above 1"  # K=0: plain decoding; its speedup is the reference, not a measurement
+
+
 class ScheduleError(ValueError):
     """The results cannot give one schedule (several drafters, no sweep, ...): one line."""
 
@@ -47,11 +51,16 @@ class Choice:
     cells: list[str]
     candidates: dict[int, float] = field(default_factory=dict)  # D -> speedup (for the table)
     unstable: str = ""  # evidence.unstable_note over the cells the choice compared ("" = all stable)
-    verdict: str = "measured"  # measured | no verdict (no D with a measured, finite interval)
+    verdict: str = "measured"  # measured | K0 (no D's interval above 1) | no verdict (no D with a measured interval)
 
     @property
     def decided(self) -> bool:
-        return self.verdict == "measured"
+        return self.verdict != NO_VERDICT
+
+    @property
+    def evidence(self) -> str:
+        """What the choice rests on, in words: its verdict when not a plain measurement, and unstable cells."""
+        return "; ".join(x for x in (self.verdict if self.verdict != "measured" else "", self.unstable) if x) or "stable"
 
 
 @dataclass
@@ -231,9 +240,9 @@ def _choice(load: int, bucket: str, group: pd.DataFrame) -> Choice:
     every = list(map(str, group["cell_id"]))
     note = evidence.unstable_note(r for _, r in group.iterrows())
     if k < 0:
-        return Choice(load, bucket, -1, math.nan, (math.nan, math.nan), every, cand, note, "no verdict")
-    if row is None:  # K=0: no speculation is the point itself; every cell at the point is the evidence
-        return Choice(load, bucket, 0, 1.0, (1.0, 1.0), every, cand, note)
+        return Choice(load, bucket, -1, math.nan, (math.nan, math.nan), every, cand, note, NO_VERDICT)
+    if row is None:  # K=0: nothing measured for plain decoding itself (n/a, never "1 [1, 1]"); every cell is the evidence
+        return Choice(load, bucket, 0, math.nan, (math.nan, math.nan), every, cand, note, K0)
     return Choice(load, bucket, k, float(row["speedup"]), _ci(row), [str(row["cell_id"])], cand, note)
 
 

@@ -109,3 +109,11 @@ def test_cli_prints_the_evidence_and_the_extrapolation(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "note: loads 2..4096 were not measured" in out and "unstable: 1 of 1 cells" in out
     assert json.loads((tmp_path / "s.json").read_text())["measured_loads"] == [1]
+
+
+def test_k0_carries_no_measured_speedup_of_its_own():
+    sched = build(data(SWEEP))
+    k0 = next(c for c in sched.table if c.load == 8)
+    assert k0.D == 0 and k0.decided and "no D's interval lies above 1" in k0.evidence
+    entry = next(e for e in sched.to_json()["table"] if e["load"] == 8)
+    assert entry["D"] == 0 and entry["speedup"] is None and entry["ci"] == [None, None]  # never "1 [1, 1]"
