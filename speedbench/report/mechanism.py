@@ -90,14 +90,15 @@ def build(data, out: Path) -> Section:
                      f"{top['speedup']:.2f}x{note}): none pays; the ranking orders losses.")
         elif note:
             sec.text(f"At {where} the top rank ({top['mechanism']} D={top['best D']}) rests on unstable cells{note}.")
-    for batch in sorted(spec[B].unique()):
-        cat = slice_pivot(spec, batch, "category", mechanisms)
-        sec.values.setdefault("by_category", {})[int(batch)] = cat.to_dict("records")
-        sec.table(cat, f"B = {batch}: best measured speedup per category.", {m: MEASURED for m in mechanisms})
+    for name, title, part in _load_slices(spec, setup):  # one table per (setup, load point, B): never merged
+        batch = int(part[B].iloc[0])
+        cat = slice_pivot(part, batch, "category", mechanisms)
+        sec.values.setdefault("by_category", {})[name] = cat.to_dict("records")
+        sec.table(cat, f"{title}: best measured speedup per category.", {m: MEASURED for m in mechanisms})
         if spec["context_bucket"].nunique() > 1:
-            buck = slice_pivot(spec, batch, "context_bucket", mechanisms)
-            sec.values.setdefault("by_bucket", {})[int(batch)] = buck.to_dict("records")
-            sec.table(buck, f"B = {batch}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
+            buck = slice_pivot(part, batch, "context_bucket", mechanisms)
+            sec.values.setdefault("by_bucket", {})[name] = buck.to_dict("records")
+            sec.table(buck, f"{title}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
     if spec["context_bucket"].nunique() <= 1:
         sec.text("One context bucket only: no per-context ranking.")
     draft_cost.add_to(sec, spec, out)
@@ -105,6 +106,14 @@ def build(data, out: Path) -> Section:
     sec.figure(_per_position(spec, out))
     sec.figure(_al_by_category(spec, mechanisms, out))
     return sec
+
+
+def _load_slices(spec: pd.DataFrame, setup: list[str]):
+    """(key, title, cells) per (setup and load point, B); the key (report.json) is B alone when nothing else varies."""
+    for key, part in spec.groupby(setup + [B], dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        title = "".join(f"{c}={v}, " for c, v in zip(setup, key)) + f"B = {int(key[-1])}"
+        yield (title if setup else int(key[-1])), title, part
 
 
 def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):
