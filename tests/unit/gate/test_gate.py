@@ -191,3 +191,12 @@ def test_a_verdict_on_unstable_cells_says_so(tmp_path):
     others = [c for c in report.checks if c.cell_id not in (cell.stem, "ALL")]
     assert others and not any("unstable" in c.note for c in others)
     assert any("1 of" in c.note and "unstable side" in c.note for c in report.checks if c.cell_id == "ALL")
+
+
+def test_cells_of_different_load_points_carry_different_labels():
+    from speedbench.gate.core import label
+
+    row = {"drafter": "ngram", "num_speculative_tokens": 2, "batch_size": 1, "temperature": 0.0, "category": "coding"}
+    assert label({**row, "concurrency": 1}) != label({**row, "concurrency": 4})
+    assert label({**row, "concurrency": 4, "request_rate": 2.0}) == "ngram D=2 B=1 C=4 rate=2/s T=0 coding"
+    assert label({**row, "concurrency": -1, "request_rate": float("inf")}) == "ngram D=2 B=1 T=0 coding"
