@@ -31,6 +31,7 @@ import yaml
 
 from . import stats as gate_stats
 from .. import evidence
+from ..load_columns import load_label
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
 from ..results.layout import RunFolder
@@ -166,15 +167,8 @@ class GateReport:
 
 def label(row: dict) -> str:
     bucket = f"/{row['context_bucket']}" if row.get("context_bucket") else ""
-    return (f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']}{_load_label(row)} "
+    return (f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']}{load_label(row)} "
             f"T={row['temperature']:g} {row['category']}{bucket}")
-
-
-def _load_label(row: dict) -> str:
-    """`` C=4`` / `` rate=2/s`` where the cell ran a load point: two load points never share a label."""
-    conc, rate = row.get("concurrency"), row.get("request_rate")
-    out = f" C={int(conc)}" if isinstance(conc, (int, float)) and math.isfinite(conc) and conc > 0 else ""
-    return out + (f" rate={rate:g}/s" if isinstance(rate, (int, float)) and math.isfinite(rate) else "")
 
 
 def judge(ratio: float, low: float, high: float, tol: float) -> str:
