@@ -232,11 +232,12 @@ def same_setup(frame: pd.DataFrame, row: Any, cols: list[str]) -> pd.DataFrame:
     return frame
 
 
-def best_per_batch(ok: pd.DataFrame) -> pd.DataFrame:
-    """Per (setup, B) the configuration with the best mean measured speedup."""
+def best_per_batch(ok: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (setup and load point, B) the configuration with the best speedup by the one rule (``config_speedups``)."""
     spec = spec_cells(ok)
-    conf = per_config(spec, ["speedup", "al"])
-    return best_by(conf, setup_cols(spec) + [B], "speedup")
+    if spec.empty:
+        return pd.DataFrame(columns=setup_cols(spec) + [MECH, "method", D, B, "speedup", "al"])
+    return best_by(config_speedups(spec, overall), setup_cols(spec) + [B], "speedup")
 
 
 def contexts(ok: pd.DataFrame) -> pd.DataFrame:
