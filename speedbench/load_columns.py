@@ -5,9 +5,20 @@ folders written before these columns existed still load (missing = the default: 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 NAN = float("nan")
+
+
+def load_label(row: Any) -> str:
+    """`` C=4`` / `` rate=2/s`` for a cell row that ran a load point ("" otherwise): every name a view
+    gives a cell (gate cases, W&B runs) carries it, so two load points never share a name."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+    conc, rate = get("concurrency"), get("request_rate")
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    return (f" C={int(conc)}" if num(conc) and conc > 0 else "") + (f" rate={rate:g}/s" if num(rate) else "")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,8 @@ import pandas as pd
 import yaml
 
 from . import stats as gate_stats
+from .. import evidence
+from ..load_columns import load_label
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
 from ..results.layout import RunFolder
@@ -185,7 +187,8 @@ class GateReport:
 
 def label(row: dict) -> str:
     bucket = f"/{row['context_bucket']}" if row.get("context_bucket") else ""
-    return f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']} T={row['temperature']:g} {row['category']}{bucket}"
+    return (f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']}{load_label(row)} "
+            f"T={row['temperature']:g} {row['category']}{bucket}")
 
 
 def judge(ratio: float, low: float, high: float, tol: float) -> str:
@@ -262,6 +265,7 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             out.append((Check(cid, lab, metric, b[metric], c[metric], math.nan, math.nan, math.nan, rule.tolerance, 0, verdict, note), None))
         return out
     reqs_b, reqs_c = _requests(base_root, b["cell_id"]), _requests(cur_root, c["cell_id"])
+    shaky = unstable_sides(b, c)
     for metric, rule in cfg.rules.items():
         if reqs_b is None or reqs_c is None:  # only the cell rows: a point comparison
             point_b, point_c = float(b[metric]), float(c[metric])
@@ -286,10 +290,17 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
         else:
             verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
+        note = "; ".join(n for n in (note, shaky) if n)
         check = Check(cid, lab, metric, est.baseline, est.current, est.ratio, est.low, est.high, rule.tolerance, est.n_requests,
                       verdict, note, detectable_loss(est.low, est.high, rule.tolerance, cfg.confidence))
         out.append((check, est if verdict in (PASS, IMPROVED, REGRESSED, INFO) else None))
     return out
+
+
+def unstable_sides(b: dict, c: dict) -> str:
+    """A verdict built on unstable cells says so (``evidence.is_stable``): which side's cell was unstable."""
+    sides = [name for name, row in (("baseline", b), ("current", c)) if not evidence.is_stable(row)]
+    return f"unstable {' and '.join(sides)} cell" if sides else ""
 
 
 def _derived(row: dict) -> bool:
@@ -316,6 +327,7 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
     report.missing = [f"{r['cell_id']} ({label(r)})" for key, r in base_rows.items() if key not in cur_rows]
     report.new = [f"{r['cell_id']} ({label(r)})" for key, r in cur_rows.items() if key not in base_rows]
     estimates: dict[str, list[gate_stats.RatioEstimate]] = {m: [] for m in cfg.rules}
+    shaky: dict[str, int] = {m: 0 for m in cfg.rules}  # pooled cells with an unstable side, per metric
     for key in sorted(set(base_rows) & set(cur_rows)):
         for check, est in _check_cell(cfg, Path(baseline), Path(current), base_rows[key], cur_rows[key]):
             report.checks.append(check)
@@ -323,6 +335,7 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
                 report.prompts_differ.append(f"{base_rows[key]['cell_id']} -> {check.cell_id} ({check.label})")
             if est is not None:
                 estimates[check.metric].append(est)
+                shaky[check.metric] += bool(unstable_sides(base_rows[key], cur_rows[key]))
     if cfg.pooled:
         for metric, ests in estimates.items():
             if len(ests) < (2 if cfg.rules[metric].per_cell else 1):  # one gated cell: the pool adds nothing
@@ -330,8 +343,9 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
             ratio, low, high = gate_stats.pooled(ests, cfg.confidence)
             tol = cfg.rules[metric].tolerance
             verdict = judge(ratio, low, high, tol) if math.isfinite(ratio) else NA
+            note = f"{shaky[metric]} of {len(ests)} cells pooled have an unstable side" if shaky[metric] else ""
             report.checks.append(
                 Check("ALL", f"geometric mean over {len(ests)} cells", metric, math.nan, math.nan, ratio, low, high, tol,
-                      sum(e.n_requests for e in ests), verdict, "", detectable_loss(low, high, tol, cfg.confidence))
+                      sum(e.n_requests for e in ests), verdict, note, detectable_loss(low, high, tol, cfg.confidence))
             )
     return report

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..results.provenance import redact
 from .. import metrics
+from ..load_columns import load_label
 from ..records import IDENTITY_FIELDS, STATUS_OK
 
 KEY_COLUMNS = IDENTITY_FIELDS  # the cell's identity: W&B config, never a summary metric
@@ -62,7 +63,7 @@ def config(row: dict[str, Any], provenance: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_name(row: dict[str, Any]) -> str:
-    return f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']} {row['category']}"
+    return f"{row['drafter']} D={row['num_speculative_tokens']} B={row['batch_size']}{load_label(row)} {row['category']}"
 
 
 def tags(row: dict[str, Any]) -> list[str]:

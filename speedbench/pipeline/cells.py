@@ -25,7 +25,7 @@ from ..metrics import latency
 from ..metrics.buckets import bucket_notes
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
-from .load import active as load_active, columns as load_point, identity as load_identity
+from .load import active as load_active, columns as load_point, concurrency_note, identity as load_identity
 
 log = logging.getLogger(__name__)
 NAN = math.nan
@@ -191,6 +191,10 @@ def run_columns(cell: CellResult, run: RunConfig, requests: "Sequence[Request]" 
         extra["batch_size_note"] = (f"only {len(requests)} prompt(s) in this cell: batches of {ran}, "
                                     f"not batch_size={run.batch_size}")
         log.warning("cell %s: %s", cell.cell_id, extra["batch_size_note"])
+    n_point = len(requests) or None
+    if concurrency_note(run.load.concurrency, n_point):  # a load point is what ran (pipeline.load.columns)
+        extra["concurrency_note"] = concurrency_note(run.load.concurrency, n_point)
+        log.warning("cell %s: %s", cell.cell_id, extra["concurrency_note"])
     if prepared is not None:
         ids = {r.request_id for r in requests}
         extra["on_too_long"] = prepared.on_too_long
@@ -201,7 +205,7 @@ def run_columns(cell: CellResult, run: RunConfig, requests: "Sequence[Request]" 
         if prepared.escaped:
             extra["prompts_escaped"] = len(ids & prepared.escaped)  # dataset.control_tokens=escape
     return dict(extra=extra, max_new_tokens=run.max_new_tokens, ignore_eos=run.ignore_eos, batch_size_run=ran,
-                **load_point(run))
+                **load_point(run, n_point))
 
 
 OVERALL = "all"

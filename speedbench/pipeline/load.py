@@ -57,10 +57,29 @@ def stepped_point(backend, load) -> bool:
     return load is not None and active(load) and bool(getattr(backend, "steps_load_points", False))
 
 
-def columns(run) -> dict[str, Any]:
-    """The cell columns ``concurrency`` (-1: not set) and ``request_rate`` (inf: all at once)."""
+def columns(run, n_requests: int | None = None) -> dict[str, Any]:
+    """The cell columns ``concurrency`` (-1: not set) and ``request_rate`` (inf: all at once).
+
+    A load point is what ran: with ``n_requests`` requests in the point, never more than that many
+    are in flight, so ``concurrency`` is ``min(load.concurrency, n_requests)`` (``ran_concurrency``)."""
     c = run.load.concurrency
-    return {"concurrency": int(c) if c is not None else -1, "request_rate": float(run.load.request_rate)}
+    return {"concurrency": ran_concurrency(c, n_requests), "request_rate": float(run.load.request_rate)}
+
+
+def ran_concurrency(asked: int | None, n_requests: int | None) -> int:
+    """The in-flight bound a closed-loop point can reach: ``asked``, lowered to the requests it has."""
+    if asked is None:
+        return -1
+    return min(int(asked), int(n_requests)) if n_requests else int(asked)
+
+
+def concurrency_note(asked: int | None, n_requests: int | None) -> str:
+    """The cell's note when the point could not reach ``load.concurrency`` ("" when it could)."""
+    ran = ran_concurrency(asked, n_requests)
+    if asked is None or ran >= int(asked):
+        return ""
+    return (f"only {n_requests} request(s) in this load point: at most {ran} in flight, not "
+            f"load.concurrency={int(asked)}; recorded as concurrency {ran}")
 
 
 def point_requests(requests: list[Request], num_requests: int | None) -> list[Request]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from collections import OrderedDict
 
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
@@ -207,12 +208,26 @@ def overall_cells(run: RunConfig, store: ResultsStore, keys: list[CellKey], meas
     return out
 
 
+def first_repeats(out: GenerateOutput, n: int, of: int) -> GenerateOutput:
+    """A pass's records and steps of repeats ``0..n-1`` (of ``of``), its wall time split evenly over repeats."""
+    if n >= of or n <= 0:
+        return out
+    return GenerateOutput([r for r in out.requests if r.repeat < n], [s for s in out.steps if s.repeat < n],
+                          out.wall_s * n / of, dict(out.extra))
+
+
 def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[CellKey]) -> CellResult | None:
+    """The derived ``all`` row. Pooling rule: the first R repeats of every category cell, R = the fewest
+    repeats any of them took, so each category weighs by its requests (and their tokens), never by how
+    many repeats the protocol gave it (docs/acceptance.md, "The overall row")."""
     passes = [_read(store, k.cell_id) for k in parts]
     if any(p is None for p in passes):
         return None
-    merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     part_cells = [store.cell(k.cell_id) for k in parts]
+    reps = [max(1, int(c.get("n_repeats") or 1)) for c in part_cells]
+    common = min(reps)
+    passes = [tuple(first_repeats(o, common, n) for o in p) for p, n in zip(passes, reps)]
+    merged = [protocol.merge_passes([p[i] for p in passes]) for i in (0, 1)]
     key = overall_key(run, bucket, parts)
     target = run.protocol.target_rel_half_width
     reasons = [f"{c['category']}: {c['unstable_reason']}" for c in part_cells if not c.get("stable")]
@@ -231,10 +246,13 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
         threads=int(part_cells[0].get("threads") or 0),
         batch_size_run=max(int(c.get("batch_size_run") or -1) for c in part_cells),
         extra={"derived_from": [k.cell_id for k in parts],
-               "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
+               "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records, "
+                          f"the first {common} repeat(s) of each (the fewest any took)"},
     )
-    return assemble_cell(key, merged[0], merged[1], warmup_s=float(part_cells[0].get("warmup_s") or 0),
+    cell = assemble_cell(key, merged[0], merged[1], warmup_s=float(part_cells[0].get("warmup_s") or 0),
                          device=str(part_cells[0].get("device", "cpu")), n_gpus=run.n_gpus, run=run, notes=notes)
+    ran = max(int(c.get("concurrency") or -1) for c in part_cells)  # a load point is what ran: its parts'
+    return replace(cell, concurrency=ran) if ran > 0 else cell
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:

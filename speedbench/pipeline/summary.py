@@ -11,6 +11,8 @@ COLUMNS = [
     ("method", "method"),
     ("num_speculative_tokens", "D"),
     ("batch_size", "B"),
+    ("concurrency", "C"),  # a load point's columns: shown when any cell ran one (LOAD_COLUMNS)
+    ("request_rate", "rate"),
     ("n_requests", "n"),
     ("al", "AL"),
     ("al_speed_bench", "AL(SPEED-Bench)"),
@@ -48,6 +50,7 @@ def format_table(cells: pd.DataFrame) -> str:
         cells = cells.assign(num_speculative_tokens=[
             f"{d} (schedule)" if isinstance(sc, str) and sc else d
             for d, sc in zip(cells["num_speculative_tokens"], cells["schedule"])])
+    cells = _load_point(cells)
     frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
 
     def fmt(v):
@@ -58,6 +61,22 @@ def format_table(cells: pd.DataFrame) -> str:
         return v
 
     return align(frame.apply(lambda col: col.map(fmt)), text=[label for c, label in COLUMNS if c in TEXT_COLUMNS])
+
+
+LOAD_COLUMNS = ("concurrency", "request_rate")
+
+
+def _load_point(cells: pd.DataFrame) -> pd.DataFrame:
+    """C and rate as a load point ran (``-`` where a cell has none); dropped when no cell ran one, so rows of
+    different load points never look identical."""
+    if not set(LOAD_COLUMNS) <= set(cells.columns):
+        return cells.drop(columns=[c for c in LOAD_COLUMNS if c in cells.columns])
+    conc = pd.to_numeric(cells["concurrency"], errors="coerce")
+    rate = pd.to_numeric(cells["request_rate"], errors="coerce")
+    if not bool((conc > 0).any() or rate.map(math.isfinite).any()):
+        return cells.drop(columns=list(LOAD_COLUMNS))
+    return cells.assign(concurrency=[str(int(c)) if c > 0 else "-" for c in conc.fillna(-1)],
+                        request_rate=[f"{r:g}/s" if math.isfinite(r) else "-" for r in rate.fillna(math.inf)])
 
 
 def _smaller(ran, asked) -> bool:

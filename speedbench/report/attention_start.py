@@ -64,7 +64,7 @@ def build(data: ReportData, ctx: ModelContext) -> Section:
         f"**measured** context lengths, on {ctx.hw_note}."
     )
     ok = data.ok
-    best = best_per_batch(ok)
+    best = best_per_batch(ok, data.overall)
     spec = spec_cells(ok)
     for t in ctx.targets:
         if t.shape is None:

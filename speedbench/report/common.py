@@ -5,8 +5,12 @@ Conventions, stated once:
 * a *mechanism* is a drafter as configured (column ``drafter``; its ``method`` feeds the cost
   model); a *configuration* is (mechanism, D, B) plus any setup column that varies across the
   results (target, backend, temperature, dataset, device);
-* a configuration's value is the **mean over its cells** (categories x context buckets), each
-  category weighted equally (SPEED-Bench's category averaging);
+* a configuration's speedup, interval and AL come from one rule (``config_speedups``): its derived
+  ``category=all`` row (one per context bucket; pooled by requests, docs/acceptance.md) where it
+  has one, so the console's ``all`` row and every report section agree; a configuration with one
+  cell: that cell; otherwise the geometric mean over its cells (categories x context buckets);
+* a configuration's load point (``concurrency``, ``request_rate``) is part of its key wherever a
+  cell has one set (``LOAD_COLUMNS``): no configuration merges different load points;
 * every number carries its kind: ``measured`` (read from cells), ``modelled`` (the cost model
   or a formula), or is ``n/a`` (NaN: not measured) -- a gap is never a zero.
 """
@@ -23,6 +27,7 @@ from .. import metrics
 
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
 SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos", "schedule")
+LOAD_COLUMNS = ("concurrency", "request_rate")  # a load point: part of every configuration's key when set
 MECH, D, B = "drafter", "num_speculative_tokens", "batch_size"
 SLICE = ("category", "context_bucket")
 NEARLY_FREE = 1.10  # G1: T_verif(B(1+D)) / T_verif(B) at or below this is "nearly free"
@@ -68,8 +73,18 @@ class Section:
 
 
 def setup_cols(cells: pd.DataFrame) -> list[str]:
-    """Setup columns that vary across the results: every grouping keeps them apart."""
-    return [c for c in SETUP_CANDIDATES if c in cells and cells[c].astype(str).nunique() > 1]
+    """Setup columns that vary across the results, then the load-point columns when any cell has a load
+    point set (``load_cols``): every grouping keeps them apart and every table shows them."""
+    return [c for c in SETUP_CANDIDATES if c in cells and cells[c].astype(str).nunique() > 1] + load_cols(cells)
+
+
+def load_cols(cells: pd.DataFrame) -> list[str]:
+    """``concurrency`` and ``request_rate`` when any cell ran a load point (concurrency >= 1 or a finite rate)."""
+    if cells.empty or not set(LOAD_COLUMNS) <= set(cells.columns):
+        return []
+    conc = pd.to_numeric(cells["concurrency"], errors="coerce")
+    rate = pd.to_numeric(cells["request_rate"], errors="coerce")
+    return list(LOAD_COLUMNS) if bool((conc > 0).any() or rate.map(math.isfinite).any()) else []
 
 
 def per_device(cells: pd.DataFrame) -> str:
@@ -94,26 +109,68 @@ def stable_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return cells[mask], cells[~mask]
 
 
-def config_speedups(spec: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration: the geometric mean of its cells' speedups and its interval, and how many are stable."""
+SOURCE_ALL, SOURCE_CELL, SOURCE_GEO = "all row", "its one cell", "geometric mean over its cells"
+
+
+def config_speedups(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The one rule for a configuration's speedup, interval, AL and stability, read by every section.
+
+    Per configuration (``setup_cols`` + mechanism, D, B): the rows it is read from (``source``) are its
+    derived ``all`` rows (``overall``, one per context bucket) when there is one for each of its context
+    buckets, else its cells. One row: its speedup, interval and AL as they are. Several: the geometric
+    mean of their speedups with ``metrics.geomean_interval``, the mean AL. ``stable`` counts the stable
+    rows among them; ``unstable`` is ``evidence.unstable_note`` of them."""
     keys = setup_cols(spec) + [MECH, "method", D, B]
+    derived = _by_key(overall, keys) if overall is not None and not overall.empty else {}
     rows = []
     for key, grp in spec.groupby(keys, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        lo = grp["speedup_ci_low"] if "speedup_ci_low" in grp else grp["speedup"] * math.nan
-        hi = grp["speedup_ci_high"] if "speedup_ci_high" in grp else grp["speedup"] * math.nan
-        point, low, high = metrics.geomean_interval(list(grp["speedup"]), list(lo), list(hi))
-        if not finite(point):  # no intervals (older results): the plain geometric mean
-            point = metrics.geomean(list(grp["speedup"]))
-        # the same prompts under every configuration: compare configurations on measurement noise alone
-        noise = grp["speedup_noise"] if "speedup_noise" in grp else grp["speedup"] * math.nan
-        _, n_low, n_high = metrics.geomean_interval(list(grp["speedup"]), list(grp["speedup"] * (1 - noise)),
-                                                     list(grp["speedup"] * (1 + noise)))
-        stable = int(grp["stable"].fillna(False).astype(bool).sum()) if "stable" in grp else len(grp)
-        rows.append({**dict(zip(keys, key)), "speedup": point, "speedup_low": low, "speedup_high": high,
-                     "noise_low": n_low, "noise_high": n_high, "stable": f"{stable}/{len(grp)}"})
+        mine = derived.get(_norm(key))
+        buckets = set(grp["context_bucket"].astype(str)) if "context_bucket" in grp else {""}
+        if mine is not None and set(mine["context_bucket"].astype(str)) >= buckets:
+            src, source = mine, SOURCE_ALL
+        else:
+            src, source = grp, SOURCE_CELL if len(grp) == 1 else SOURCE_GEO
+        rows.append({**dict(zip(keys, key)), **_values(src), "source": source})
     return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "noise_low", "noise_high",
-                                              "stable"])
+                                              "stable", "unstable", "al", "al_speed_bench", "rows", "source"])
+
+
+def _norm(key: tuple) -> tuple:
+    return tuple("nan" if isinstance(v, float) and math.isnan(v) else str(v) for v in key)
+
+
+def _by_key(frame: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
+    frame = spec_cells(frame)
+    if frame.empty or not set(keys) <= set(frame.columns):
+        return {}
+    return {_norm(k if isinstance(k, tuple) else (k,)): g for k, g in frame.groupby(keys, dropna=False, sort=False)}
+
+
+def _col(grp: pd.DataFrame, name: str) -> pd.Series:
+    return pd.to_numeric(grp[name], errors="coerce") if name in grp else grp["speedup"] * math.nan
+
+
+def _values(src: pd.DataFrame) -> dict:
+    """Speedup, intervals, AL and stability of the rows a configuration is read from."""
+    from .. import evidence
+
+    s, lo, hi, noise = (_col(src, c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_noise"))
+    if len(src) == 1:
+        point, low, high = float(s.iloc[0]), float(lo.iloc[0]), float(hi.iloc[0])
+        n_low, n_high = point * (1 - float(noise.iloc[0])), point * (1 + float(noise.iloc[0]))
+    else:
+        point, low, high = metrics.geomean_interval(list(s), list(lo), list(hi))
+        if not finite(point):  # no intervals (older results): the plain geometric mean
+            point = metrics.geomean(list(s))
+        # the same prompts under every configuration: compare configurations on measurement noise alone
+        _, n_low, n_high = metrics.geomean_interval(list(s), list(s * (1 - noise)), list(s * (1 + noise)))
+    records = [r for _, r in src.iterrows()]
+    stable = sum(1 for r in records if evidence.is_stable(r))
+    return {"speedup": point, "speedup_low": low, "speedup_high": high, "noise_low": n_low, "noise_high": n_high,
+            "stable": f"{stable}/{len(src)}", "unstable": evidence.unstable_note(records),
+            "al": float(_col(src, "al").mean()), "al_speed_bench": float(_col(src, "al_speed_bench").mean()),
+            "rows": len(src)}
 
 
 def per_config(ok: pd.DataFrame, cols: list[str], extra_keys: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -183,11 +240,12 @@ def same_setup(frame: pd.DataFrame, row: Any, cols: list[str]) -> pd.DataFrame:
     return frame
 
 
-def best_per_batch(ok: pd.DataFrame) -> pd.DataFrame:
-    """Per (setup, B) the configuration with the best mean measured speedup."""
+def best_per_batch(ok: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (setup and load point, B) the configuration with the best speedup by the one rule (``config_speedups``)."""
     spec = spec_cells(ok)
-    conf = per_config(spec, ["speedup", "al"])
-    return best_by(conf, setup_cols(spec) + [B], "speedup")
+    if spec.empty:
+        return pd.DataFrame(columns=setup_cols(spec) + [MECH, "method", D, B, "speedup", "al"])
+    return best_by(config_speedups(spec, overall), setup_cols(spec) + [B], "speedup")
 
 
 def contexts(ok: pd.DataFrame) -> pd.DataFrame:

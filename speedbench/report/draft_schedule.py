@@ -3,12 +3,13 @@ and the vLLM schedule it gives; where cells ran a schedule, how it compares with
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from ..schedule.pick import ScheduleError, build as build_schedule, measurement_rows, static_mask
+from ..schedule.pick import ScheduleError, build as build_schedule, load_of, measurement_rows, static_mask
 from ..schedule.verify import check
 from . import plots
 from .common import MEASURED, Section
@@ -16,7 +17,8 @@ from .common import MEASURED, Section
 
 def figure(rows: pd.DataFrame, name: str, col: str, out: Path):
     """Speedup vs load for every static D of ``name`` and every schedule it ran (measured)."""
-    mine = rows[rows["drafter"] == name].sort_values(col)
+    mine = rows[rows["drafter"] == name]
+    mine = mine.assign(**{col: load_of(mine, col)}).sort_values(col)  # the load each cell ran at
     static = static_mask(mine)
     series = [plots.Series(f"D={d}", list(g[col]), list(g["speedup"]), "-o", color=f"C{i % 10}")
               for i, (d, g) in enumerate(mine[static].groupby("num_speculative_tokens"))]
@@ -26,6 +28,10 @@ def figure(rows: pd.DataFrame, name: str, col: str, out: Path):
     return plots.lines(out / f"schedule_{safe}.png", series, plots.Axes(
         col, "speedup (measured)", f"{name}: speedup per load, each static D and the schedule (measured)",
         logx=True, hlines=[(1.0, "no speculation")]), f"{name}: speedup vs {col}")
+
+
+def _iv(ci) -> str:
+    return f"[{ci[0]:.3g}, {ci[1]:.3g}]" if all(map(math.isfinite, ci)) else "n/a"
 
 
 def build(data, out: Path) -> Section:
@@ -45,12 +51,13 @@ def build(data, out: Path) -> Section:
         except ScheduleError as exc:
             sec.text(f"**{name}**: no schedule ({exc}).")
             continue
-        frame = pd.DataFrame([{sched.load_column: c.load, "context bucket": c.context_bucket or "-", "K": c.D,
-                               "speedup": c.speedup, "interval": f"[{c.ci[0]:.3g}, {c.ci[1]:.3g}]",
+        frame = pd.DataFrame([{sched.load_column: c.load, "context bucket": c.context_bucket or "-",
+                               "K": c.D if c.decided else "n/a", "speedup": c.speedup, "interval": _iv(c.ci),
+                               "evidence": c.evidence,
                                "cells": ", ".join(c.cells)} for c in sched.table])
-        sec.text(f"**{name}** (load = {sched.load_column}): `num_speculative_tokens_per_batch_size` = "
-                 f"`{json.dumps(sched.ranges)}`")
-        sec.table(frame, kinds={"speedup": MEASURED})
+        sec.text(f"**{name}** (load = {sched.load_column}, as each cell ran): `num_speculative_tokens_per_batch_size` = "
+                 f"`{json.dumps(sched.ranges)}`" + "".join(f"; {n}" for n in sched.notes()))
+        sec.table(frame, kinds={"speedup": MEASURED, "interval": MEASURED})
         sec.figure(figure(rows, name, sched.load_column, out))
         sec.values[name] = sched.to_json()
     if not static_mask(rows).all():
@@ -60,12 +67,15 @@ def build(data, out: Path) -> Section:
             sec.text(f"Schedule cells: {exc}.")
             return sec
         frame = pd.DataFrame([{"load": p.load, "context bucket": p.context_bucket or "-", "schedule": p.schedule,
-                               "speedup": p.speedup, "best static D": p.best_D, "best static": p.best_speedup,
-                               "interval": f"[{p.best_ci[0]:.3g}, {p.best_ci[1]:.3g}]", "verdict": p.verdict}
+                               "speedup": p.speedup, "interval": _iv(p.ci), "best static D": p.best_D,
+                               "best static": p.best_speedup, "best interval": _iv(p.best_ci),
+                               "verdict": p.verdict + (f" ({p.unstable})" if p.unstable else "")}
                               for p in points])
-        sec.text("### The schedule against static D\n\nA point outside the best static D's interval is flagged "
-                 "(`below`: the schedule lost speed there, e.g. a collapse at a threshold).")
+        sec.text("### The schedule against static D\n\nA point is flagged only when the schedule's interval and the "
+                 "best static D's lie apart (`below`: the schedule lost speed there, e.g. a collapse at a threshold); "
+                 "`n/a` where either has no measured interval; a verdict on unstable cells says so.")
         sec.table(frame, kinds={"speedup": MEASURED, "best static": MEASURED})
-        sec.values["verify"] = [{"load": p.load, "context_bucket": p.context_bucket, "verdict": p.verdict}
+        sec.values["verify"] = [{"load": p.load, "context_bucket": p.context_bucket, "verdict": p.verdict,
+                                 "unstable": p.unstable}
                                 for p in points]
     return sec

@@ -14,19 +14,29 @@ import numpy as np
 import pandas as pd
 
 from . import draft_cost, plots
-from .common import B, D, MEASURED, MECH, Section, per_config, per_device, spec_cells
+from .common import B, D, MEASURED, MECH, Section, config_speedups, per_config, per_device, setup_cols, spec_cells
 
 
-def ranking(spec: pd.DataFrame) -> pd.DataFrame:
-    """Per (B, mechanism): best D by mean speedup over categories; ranked within B."""
-    conf = per_config(spec, ["speedup", "al", "t_draft_ms"]).dropna(subset=["speedup"])
+def ranking(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (setup and load point, B, mechanism): best D by the configuration's speedup (the one rule,
+    ``common.config_speedups``); ranked within each (setup, B). A cell that ran a schedule is its own
+    configuration, labelled ``schedule`` (never an unlabelled static D); a rank built on unstable rows says so."""
+    setup = setup_cols(spec)
+    cols = setup + ["B", "rank", "mechanism", "best D", "speedup", "interval", "AL", "draft ms", "evidence"]
+    keys = setup + [MECH, "method", D, B]
+    conf = config_speedups(spec, overall).merge(per_config(spec, ["t_draft_ms"]), on=keys, how="left")
+    conf = conf.dropna(subset=["speedup"])
     if conf.empty:
-        return pd.DataFrame(columns=["B", "rank", "mechanism", "best D", "speedup", "AL", "draft ms"])
-    idx = conf.groupby([B, MECH])["speedup"].idxmax()
-    best = conf.loc[idx.values].sort_values([B, "speedup"], ascending=[True, False])
-    best["rank"] = best.groupby(B).cumcount() + 1
-    return best.rename(columns={B: "B", MECH: "mechanism", D: "best D", "al": "AL", "t_draft_ms": "draft ms"})[
-        ["B", "rank", "mechanism", "best D", "speedup", "AL", "draft ms"]]
+        return pd.DataFrame(columns=cols)
+    idx = conf.groupby(setup + [B, MECH], dropna=False)["speedup"].idxmax()
+    best = conf.loc[idx.values].sort_values(setup + [B, "speedup"], ascending=[True] * (len(setup) + 1) + [False])
+    best["rank"] = best.groupby(setup + [B], dropna=False).cumcount() + 1
+    sched = best["schedule"].fillna("").astype(str) if "schedule" in best else pd.Series("", index=best.index)
+    best["best D"] = [f"{int(d)} (schedule {t})" if t else int(d) for d, t in zip(best[D], sched)]
+    best["interval"] = [f"[{lo:.3g}, {hi:.3g}]" if math.isfinite(lo) and math.isfinite(hi) else "n/a"
+                        for lo, hi in zip(best["speedup_low"], best["speedup_high"])]
+    best["evidence"] = [u or "stable" for u in best["unstable"].fillna("")]
+    return best.rename(columns={B: "B", MECH: "mechanism", "al": "AL", "t_draft_ms": "draft ms"})[cols]
 
 
 NONE_PAYS = "none pays"
@@ -63,24 +73,32 @@ def build(data, out: Path) -> Section:
     if spec.empty:
         sec.text("No speculative cell: n/a.")
         return sec
+    rank = ranking(spec, data.overall)  # before the bucket relabel below: the all rows match their cells' buckets
     spec = spec.assign(context_bucket=spec["context_bucket"].fillna("").replace("", "(all)"))
     mechanisms = sorted(spec[MECH].unique())
-    rank = ranking(spec)
     sec.values["ranking"] = rank.to_dict("records")
-    sec.table(rank, "Ranking per batch size.", {"speedup": MEASURED, "AL": MEASURED, "draft ms": MEASURED})
-    for batch, grp in rank.groupby("B"):
+    sec.table(rank, "Ranking per batch size (and load point / setup where they vary).",
+              {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "draft ms": MEASURED})
+    setup = setup_cols(spec)
+    for key, grp in rank.groupby(setup + ["B"], dropna=False):
         top = grp[grp["rank"] == 1].iloc[0]
+        key = key if isinstance(key, tuple) else (key,)
+        where = "".join(f"{c}={v}, " for c, v in zip(setup, key)) + f"B = {key[-1]}"
+        note = f" ({top['evidence']})" if top["evidence"] != "stable" else ""
         if not top["speedup"] > 1.0:
-            sec.text(f"At B = {batch} no mechanism beats plain decoding (best: {top['mechanism']} D={top['best D']} at "
-                     f"{top['speedup']:.2f}x): none pays; the ranking orders losses.")
-    for batch in sorted(spec[B].unique()):
-        cat = slice_pivot(spec, batch, "category", mechanisms)
-        sec.values.setdefault("by_category", {})[int(batch)] = cat.to_dict("records")
-        sec.table(cat, f"B = {batch}: best measured speedup per category.", {m: MEASURED for m in mechanisms})
+            sec.text(f"At {where} no mechanism beats plain decoding (best: {top['mechanism']} D={top['best D']} at "
+                     f"{top['speedup']:.2f}x{note}): none pays; the ranking orders losses.")
+        elif note:
+            sec.text(f"At {where} the top rank ({top['mechanism']} D={top['best D']}) rests on unstable cells{note}.")
+    for name, title, part in _load_slices(spec, setup):  # one table per (setup, load point, B): never merged
+        batch = int(part[B].iloc[0])
+        cat = slice_pivot(part, batch, "category", mechanisms)
+        sec.values.setdefault("by_category", {})[name] = cat.to_dict("records")
+        sec.table(cat, f"{title}: best measured speedup per category.", {m: MEASURED for m in mechanisms})
         if spec["context_bucket"].nunique() > 1:
-            buck = slice_pivot(spec, batch, "context_bucket", mechanisms)
-            sec.values.setdefault("by_bucket", {})[int(batch)] = buck.to_dict("records")
-            sec.table(buck, f"B = {batch}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
+            buck = slice_pivot(part, batch, "context_bucket", mechanisms)
+            sec.values.setdefault("by_bucket", {})[name] = buck.to_dict("records")
+            sec.table(buck, f"{title}: best measured speedup per context bucket.", {m: MEASURED for m in mechanisms})
     if spec["context_bucket"].nunique() <= 1:
         sec.text("One context bucket only: no per-context ranking.")
     draft_cost.add_to(sec, spec, out)
@@ -88,6 +106,14 @@ def build(data, out: Path) -> Section:
     sec.figure(_per_position(spec, out))
     sec.figure(_al_by_category(spec, mechanisms, out))
     return sec
+
+
+def _load_slices(spec: pd.DataFrame, setup: list[str]):
+    """(key, title, cells) per (setup and load point, B); the key (report.json) is B alone when nothing else varies."""
+    for key, part in spec.groupby(setup + [B], dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        title = "".join(f"{c}={v}, " for c, v in zip(setup, key)) + f"B = {int(key[-1])}"
+        yield (title if setup else int(key[-1])), title, part
 
 
 def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):

@@ -9,6 +9,7 @@ from .. import metrics
 from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_speedups, finite, per_config, same_setup,
                      setup_cols, spec_cells, stable_cells)
 from . import nodes
+from .. import evidence
 from ..results.load import ReportData
 
 VALUES = ["al", "al_speed_bench", "speedup_predicted", "greedy_match_rate", "degenerate_frac"]
@@ -16,14 +17,16 @@ FEW_REQUESTS = 10
 PREDICTION_TOLERANCE = 0.20
 
 
-def config_table(spec: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration: AL and greedy match as means over its cells; speedup and predicted speedup as
-    geometric means (ratios average on the log scale), the speedup with its interval."""
+def config_table(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per configuration: speedup, interval, AL and stability by the one rule (``common.config_speedups``:
+    its derived all row where it has one); greedy match and the rest as means over its cells, predicted
+    speedup as a geometric mean (ratios average on the log scale)."""
     for c in VALUES:  # results written before a column existed: n/a
         if c not in spec:
             spec = spec.assign(**{c: float("nan")})
     keys = setup_cols(spec) + [MECH, "method", D, B]
-    conf = per_config(spec, VALUES).merge(config_speedups(spec), on=keys, how="left")
+    rest = [c for c in VALUES if c not in ("al", "al_speed_bench")]
+    conf = per_config(spec, rest).merge(config_speedups(spec, overall), on=keys, how="left")
     pred = pd.to_numeric(spec["speedup_predicted"], errors="coerce")
     geo = pred.groupby([spec[k] for k in keys], dropna=False).agg(metrics.geomean).reset_index()
     conf = conf.drop(columns=["speedup_predicted"]).merge(geo, on=keys, how="left")
@@ -57,8 +60,10 @@ def build(data: ReportData) -> Section:
     sec.text(
         "Labels: *measured* = read from the cells (matched baseline/speculative runs); *modelled* = the cost "
         "model or a formula; *n/a* = not measured (a gap, never a zero). A configuration's value is the mean over "
-        "its cells (prompt categories x context buckets, each weighted equally): AL as an arithmetic mean, speedups "
-        "as a geometric mean with a 95% interval. AL counts the bonus token. Each cell's speedup is the geometric "
+        "its derived `all` row (categories pooled by their requests; the console's `all` row) where it has one, "
+        "else the mean over its cells (prompt categories x context buckets): AL as an arithmetic mean, speedups "
+        "as a geometric mean with a 95% interval (column *from*). A load point (concurrency, request rate) is part "
+        "of a configuration. AL counts the bonus token. Each cell's speedup is the geometric "
         "mean over its requests of the median paired TPOT ratio over repeats (baseline and speculative passes "
         "paired: taking turns at iteration boundaries on the reference engine, HF generate and offline vLLM's CPU build, else interleaved ABBA; each cell's "
         "extra.protocol.interleave says which); its interval is a bootstrap over requests and repeats. Two configurations whose "
@@ -72,13 +77,13 @@ def build(data: ReportData) -> Section:
         sec.text("No speculative cell finished: nothing to summarise (n/a).")
         _failed(sec, failed)
         return sec
-    conf = config_table(spec)
+    conf = config_table(spec, data.overall)
     show = conf[setup_cols(spec) + [MECH, D, B, "cells", "stable", "requests", "al", "al_speed_bench", "speedup", "interval",
-                                    "speedup_predicted", "pred_over_meas", "greedy_match_rate"]]
+                                    "source", "speedup_predicted", "pred_over_meas", "greedy_match_rate"]]
     sec.table(
         show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "al_speed_bench": "SPEED-Bench AL",
                              "speedup": "speedup (geo. mean)",
-                             "interval": "95% interval", "stable": "stable cells",
+                             "interval": "95% interval", "stable": "stable rows", "source": "from",
                              "speedup_predicted": "predicted speedup", "pred_over_meas": "predicted / measured",
                              "greedy_match": "greedy match", "greedy_match_rate": "greedy match"}),
         "Per configuration (over categories and context buckets).",
@@ -88,8 +93,9 @@ def build(data: ReportData) -> Section:
     picks = recommend(spec, conf, "synthetic" in data.backends)
     sec.values["recommendation"] = picks.to_dict("records")
     sec.values["configs"] = conf.to_dict("records")
-    sec.text("### What to pick\n\nBest configuration per batch size by **measured** speedup (geometric mean over "
-             "categories), with the caveats that apply. When the runner-up's interval overlaps the best one's, the "
+    sec.text("### What to pick\n\nBest configuration per batch size (and load point) by **measured** speedup (the "
+             "configuration's value above: its `all` row where it has one), with the caveats that apply; a pick on "
+             "unstable cells says so, and one without a measured, finite interval is *no verdict*. When the runner-up's interval overlaps the best one's, the "
              "pick is a **tie** and names both. A pick of `none` means no measured configuration beat plain decoding "
              "with confidence.")
     sec.table(picks, "", {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "predicted": DERIVED})
@@ -136,13 +142,18 @@ def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.Dat
         # configurations ran on the same prompts: a tie is measurement noise alone (prompts held fixed)
         noise_iv = (r.get("noise_low", math.nan), r.get("noise_high", math.nan))
         ties = [a for _, a in alt.iterrows() if metrics.intervals_overlap(noise_iv, (a["noise_low"], a["noise_high"]))]
-        beats_plain = best_iv[0] > 1 if finite(best_iv[0]) else r["speedup"] > 1  # with confidence, where known
-        if not beats_plain:
+        measured = evidence.measured_interval(*best_iv)  # a verdict needs a measured, finite interval
+        beats_plain = measured is not None and measured[0] > 1
+        if measured is None:
+            pick = f"no verdict ({r[MECH]} D={int(r[D])}: {evidence.NO_INTERVAL})"
+        elif not beats_plain:
             pick = "none (plain decoding)" if not r["speedup"] > 1 else f"none with confidence ({r[MECH]} D={int(r[D])}: interval includes 1)"
         elif ties:
             pick = f"tie: {r[MECH]} D={int(r[D])} ~ " + ", ".join(f"{a[MECH]} D={int(a[D])}" for a in ties[:3])
         else:
             pick = f"{r[MECH]} D={int(r[D])}"
+        if r.get("unstable"):
+            pick += f" ({r['unstable']})"  # a pick built on unstable cells says so
         rows.append({**{c: r[c] for c in setup}, "B": int(r[B]), "pick": pick, "speedup": r["speedup"],
                      "interval": interval(*best_iv), "AL": r["al"],
                      "predicted": r["speedup_predicted"], "runner-up": runner,

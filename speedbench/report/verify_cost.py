@@ -81,7 +81,7 @@ def build(data: ReportData, out: Path) -> Section:
                   "T_verif(B(1+D)) / T_verif(B) (measured; n/a = not measured).",
                   {c: MEASURED for c in pivot.columns})
         free = nearly_free(ratios)
-        _no_d_pays(sec, free, stable)
+        _no_d_pays(sec, free, stable, stable_cells(data.overall)[0])
         sec.values["nearly_free"] = free.to_dict("records")
         sec.table(free.rename(columns={B: "B"}), "Where verification stops being nearly free.",
                   {"nearly free up to D": MEASURED, "stops being nearly free at D": MEASURED,
@@ -96,10 +96,10 @@ def build(data: ReportData, out: Path) -> Section:
     return sec
 
 
-def _no_d_pays(sec: Section, free: pd.DataFrame, stable: pd.DataFrame) -> None:
+def _no_d_pays(sec: Section, free: pd.DataFrame, stable: pd.DataFrame, overall: pd.DataFrame) -> None:
     """G1 reads verification cost only: where even the best measured D of a configuration at a batch
     size is slower than plain decoding, its recommended D is withdrawn and the section says why."""
-    best = best_per_batch(stable)
+    best = best_per_batch(stable, overall)
     if best.empty or free.empty:
         return
     keys = [c for c in free.columns if c in best.columns and c not in ("speedup", "al")]

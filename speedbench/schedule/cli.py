@@ -1,7 +1,8 @@
 """``speedbench schedule RESULTS [--out FILE] [--drafter NAME] [--context-bucket B] [--cap N] [--verify]``.
 
-Exit status: 0 written (or every verified point within the best static D's interval), 1 a verified
-point flagged, 2 the results cannot give a schedule (one line saying why).
+Exit status: 0 written (or no verified point whose interval lies apart from the best static D's),
+1 a verified point flagged, 2 the results cannot give a schedule (one line saying why: no
+drafter, no load point with a measured, finite interval, ...).
 """
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def _f(x: float) -> str:
     return "n/a" if not math.isfinite(x) else f"{x:.3g}"
 
 
+def _iv(ci) -> str:
+    return "[" + _f(ci[0]) + ", " + _f(ci[1]) + "]"
+
+
+def _unstable_lines(points) -> list[str]:
+    shaky = [p for p in points if p.unstable]
+    return [f"note: {len(shaky)} of {len(points)} of these verdicts rest on unstable cells"] if shaky else []
+
+
 def main(args: argparse.Namespace) -> int:
     from ..results.load import load
     from ..results.store import atomic_write_text
@@ -45,13 +55,17 @@ def main(args: argparse.Namespace) -> int:
         print(f"speedbench schedule: {exc}", file=sys.stderr)
         return 2
     if args.verify:
-        print(f"{'load':>6} {'bucket':<10} {'schedule':>8} {'best D':>6} {'best':>6} {'interval':<16} verdict")
+        print(f"{'load':>6} {'bucket':<10} {'schedule':>8} {'interval':<16} {'best D':>6} {'best':>6} "
+              f"{'interval':<16} verdict")
         for p in points:
-            print(f"{p.load:>6} {p.context_bucket:<10} {_f(p.speedup):>8} {p.best_D:>6} {_f(p.best_speedup):>6} "
-                  f"{'[' + _f(p.best_ci[0]) + ', ' + _f(p.best_ci[1]) + ']':<16} {p.verdict}")
+            print(f"{p.load:>6} {p.context_bucket:<10} {_f(p.speedup):>8} {_iv(p.ci):<16} {p.best_D:>6} "
+                  f"{_f(p.best_speedup):>6} {_iv(p.best_ci):<16} {p.verdict}" + (f" ({p.unstable})" if p.unstable else ""))
         flagged = [p for p in points if p.flagged]
-        print(f"{len(flagged)} of {len(points)} load points flagged" if flagged else f"all {len(points)} load points "
-              "within the best static D's interval")
+        print(f"{len(flagged)} of {len(points)} load points flagged (intervals apart)" if flagged else
+              f"no load point flagged: at each of {len(points)} the schedule's interval overlaps the best static D's "
+              "or one is not measured (n/a)")
+        for line in _unstable_lines(flagged or points):
+            print(line)
         return 1 if flagged else 0
     out = Path(args.out) if args.out else Path(args.results[0]) / "schedule.json"
     try:
@@ -61,10 +75,12 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     print(f"drafter {sched.drafter}; load = {sched.load_column}")
-    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} cells")
+    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<30} cells")
     for c in sched.table:
-        print(f"{c.load:>6} {c.context_bucket:<10} {c.D:>3} {_f(c.speedup):>8} "
-              f"{'[' + _f(c.ci[0]) + ', ' + _f(c.ci[1]) + ']':<16} {','.join(c.cells)}")
+        print(f"{c.load:>6} {c.context_bucket:<10} {c.D if c.decided else 'n/a':>3} {_f(c.speedup):>8} "
+              f"{_iv(c.ci):<16} {c.evidence:<30} {','.join(c.cells)}")
+    for line in sched.notes():
+        print(f"note: {line}")
     ranges = sched.ranges
     print("num_speculative_tokens_per_batch_size:", json.dumps(ranges))
     print(f"--speculative-config '{{\"num_speculative_tokens\": {max((r[2] for r in ranges), default=0)}, "

@@ -1,6 +1,8 @@
-"""Check a schedule against static D: at each load point, the schedule's speedup must lie in the
-interval of the best static D there; a point outside is flagged (a threshold collapse such as a
-schedule switching K at the wrong batch size shows up as a point below the interval).
+"""Check a schedule against static D: at each load point, the schedule's speedup interval is compared
+with that of the best static D there; the point is flagged only when the two intervals lie apart
+(``evidence.differ``: a difference outside both intervals). A threshold collapse such as a schedule
+switching K at the wrong batch size shows up as a point below. A point without a measured, finite
+interval on either side gets no verdict (``n/a``, not flagged); a verdict on unstable cells says so.
 
 The results folder holds both: cells that ran ``drafter.schedule`` (column ``schedule``) and the
 static-D cells of the same drafter at the same load points (``method=none`` cells count as D=0).
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .pick import ScheduleError, _ci, load_column, measurement_rows, static_mask
+from .. import evidence
+from .pick import ScheduleError, load_column, load_of, measurement_rows, static_mask
 
 
 @dataclass
@@ -24,18 +27,18 @@ class Point:
     best_D: int
     best_speedup: float
     best_ci: tuple[float, float]
-    verdict: str  # ok | below | above | no static cells
+    verdict: str  # ok | below | above | n/a (no measured interval) | no static cells
     cells: list[str]  # the schedule cell, then the best static cell
+    ci: tuple[float, float] = (math.nan, math.nan)  # the schedule's own interval
+    unstable: str = ""  # evidence.unstable_note over the schedule cell and the best static cell
 
     @property
     def flagged(self) -> bool:
-        return self.verdict != "ok"
+        return self.verdict in ("below", "above")
 
 
 def check(cells: pd.DataFrame, drafter: str | None = None) -> list[Point]:
     """One ``Point`` per (schedule, load, context bucket) of the schedule cells in ``cells``."""
-    col = load_column(cells)
-    static = cells[static_mask(cells)]
     sched = cells[~static_mask(cells)]
     if drafter is not None:
         sched = sched[sched["drafter"] == drafter]
@@ -46,22 +49,29 @@ def check(cells: pd.DataFrame, drafter: str | None = None) -> list[Point]:
     if len(names) > 1:
         raise ScheduleError(f"schedule cells of several drafters ({', '.join(names)}): pick one with --drafter NAME")
     name = names[0]
+    col = load_column(sched)
+    static = cells[static_mask(cells)]
     static = static[(static["drafter"] == name) | (static["method"] == "none")]
+    sched = sched.assign(**{col: load_of(sched, col)})
+    static = static.assign(**{col: load_of(static, col)})
     out: list[Point] = []
     for (text, load, bucket), group in sched.groupby(["schedule", col, "context_bucket"], sort=True):
         row = group.iloc[0]
         s = float(row["speedup"])
+        mine = evidence.row_interval(row)
         here = static[(static[col] == load) & (static["context_bucket"].astype(str) == str(bucket))]
-        here = here[here["speedup"].map(lambda v: math.isfinite(float(v)))]
+        here = here[here.apply(lambda r: evidence.row_interval(r) is not None, axis=1)] if len(here) else here
         if here.empty:
             out.append(Point(str(text), int(load), str(bucket), s, -1, math.nan, (math.nan, math.nan),
-                             "no static cells", [str(row["cell_id"])]))
+                             "no static cells", [str(row["cell_id"])], mine or (math.nan, math.nan),
+                             evidence.unstable_note([row])))
             continue
         best = here.loc[here["speedup"].astype(float).idxmax()]
-        lo, hi = _ci(best)
-        verdict = "ok" if lo <= s <= hi else ("below" if s < lo else "above")
+        theirs = evidence.row_interval(best)
         out.append(Point(str(text), int(load), str(bucket), s, int(best["num_speculative_tokens"]),
-                         float(best["speedup"]), (lo, hi), verdict, [str(row["cell_id"]), str(best["cell_id"])]))
+                         float(best["speedup"]), theirs, evidence.differ(mine, theirs),
+                         [str(row["cell_id"]), str(best["cell_id"])], mine or (math.nan, math.nan),
+                         evidence.unstable_note([row, best])))
     return out
 
 

@@ -189,3 +189,28 @@ def test_an_unwritable_report_file_is_one_line_exit_2_before_a_verdict(option, w
     out = capsys.readouterr()
     assert option in out.err and "cannot be written" in out.err and len(out.err.strip().splitlines()) == 1
     assert "PASS" not in out.out  # nothing computed that could be read as a verdict
+
+
+def test_a_verdict_on_unstable_cells_says_so(tmp_path):
+    """Issue 35 item 2: a G-verdict built on unstable cells names them (cell rows and the pooled ALL row)."""
+    baseline, current = copy_results(tmp_path / "baseline"), copy_results(tmp_path / "current")
+    for folder in (baseline, current):
+        for path in (folder / "cells").glob("*.json"):
+            path.write_text(json.dumps({**json.loads(path.read_text()), "stable": True}))
+    cell = sorted((current / "cells").glob("*.json"))[0]
+    cell.write_text(json.dumps({**json.loads(cell.read_text()), "stable": False}))
+    report = run_gate(baseline, current, load_config("default"))
+    mine = [c for c in report.checks if c.cell_id == cell.stem]
+    assert mine and all(c.note.endswith("unstable current cell") for c in mine)
+    others = [c for c in report.checks if c.cell_id not in (cell.stem, "ALL")]
+    assert others and not any("unstable" in c.note for c in others)
+    assert any("1 of" in c.note and "unstable side" in c.note for c in report.checks if c.cell_id == "ALL")
+
+
+def test_cells_of_different_load_points_carry_different_labels():
+    from speedbench.gate.core import label
+
+    row = {"drafter": "ngram", "num_speculative_tokens": 2, "batch_size": 1, "temperature": 0.0, "category": "coding"}
+    assert label({**row, "concurrency": 1}) != label({**row, "concurrency": 4})
+    assert label({**row, "concurrency": 4, "request_rate": 2.0}) == "ngram D=2 B=1 C=4 rate=2/s T=0 coding"
+    assert label({**row, "concurrency": -1, "request_rate": float("inf")}) == "ngram D=2 B=1 T=0 coding"

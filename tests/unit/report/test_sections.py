@@ -53,14 +53,20 @@ def test_every_number_is_labelled(report):
                 assert "(measured)" in line or "(modelled" in line, line
 
 
-def test_summary_matches_cell_means_and_picks_the_best(report):
-    _, _, values, cells = report
+def test_summary_reads_each_configuration_from_its_all_row_and_picks_the_best(report):
+    """One number for one thing: a configuration's AL, speedup and interval are its derived all row's
+    (what the console prints on the all row), not a mean over its category cells."""
+    run, _, values, cells = report
+    derived = {(c["drafter"], c["num_speculative_tokens"], c["batch_size"]): c for c in raw_cells(run, derived=True)}
     al, sp = by_config(cells, "al"), by_config(cells, "speedup")
     rows = {(r["drafter"], r["num_speculative_tokens"], r["batch_size"]): r for r in values["summary"]["configs"]}
-    assert set(rows) == set(al)
+    assert set(rows) == set(al) == set(derived)
     for k, r in rows.items():
-        assert r["al"] == pytest.approx(al[k]) and r["speedup"] == pytest.approx(sp[k])
-        assert r["cells"] == len(set(c["category"] for c in cells))
+        d = derived[k]
+        assert r["al"] == pytest.approx(d["al"]) and r["speedup"] == pytest.approx(d["speedup"])
+        assert (r["speedup_low"], r["speedup_high"]) == pytest.approx((d["speedup_ci_low"], d["speedup_ci_high"]))
+        assert r["source"] == "all row" and r["cells"] == len(set(c["category"] for c in cells))
+    sp = {k: d["speedup"] for k, d in derived.items()}
     for rec in values["summary"]["recommendation"]:
         best = max((k for k in sp if k[2] == rec["B"]), key=lambda k: sp[k])
         assert rec["pick"] == f"{best[0]} D={best[1]}"
