@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import random
 import time
 from typing import Any
