@@ -217,7 +217,8 @@ def _finish(state: Invocation, sweep: verdicts.Verdict | None) -> tuple[int, boo
     else:  # a single run names its verdict only when it fails it
         message = judged.message() if judged is not None and not judged.ok and code != 2 else None
         ok = code == 0
-    output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir)
+    output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir,
+                  wide=state.own.wide)
     return code, True
 
 

@@ -96,7 +96,7 @@ def point_latest(root: Path) -> Path | None:
 
 
 def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
-           wandb_dir: Path | None = None) -> None:
+           wandb_dir: Path | None = None, wide: bool = False) -> None:
     from ..pipeline.summary import format_table
 
     root = Path(root)
@@ -108,7 +108,7 @@ def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json
     print(f"\nresults: {root}", file=out)
     if data["synthetic"]:
         print(SYNTHETIC_BANNER, file=out)
-    print(format_table(table), file=out)
+    print(format_table(table, wide=wide), file=out)
     if wandb_dir is not None and Path(wandb_dir).is_dir():
         print(f"W&B offline runs: {wandb_dir}  (upload: wandb sync {wandb_dir}/offline-run-*)", file=out)
     if verdict:
