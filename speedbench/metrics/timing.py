@@ -144,7 +144,7 @@ def timing_columns(base, spec, n_gpus: int) -> TimingColumns:
     tok_b, tok_s = sum(r.n_tokens for r in ok_b), sum(r.n_tokens for r in ok_s)
 
     def rate(tokens: int, wall: float, gpus: int = 1) -> float:
-        return tokens / wall / gpus if wall > 0 and gpus > 0 else NAN  # n_gpus=0 (a CPU run): no per-GPU rate
+        return tokens / wall / max(gpus, 1) if wall > 0 else NAN  # per device: a CPU run (n_gpus=0) is one device
 
     timed = spec.extra.get("timed_split") or {}
     split_error = float(timed.get("span_error", NAN))

@@ -232,8 +232,9 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
         extra={"derived_from": [k.cell_id for k in parts],
                "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records"},
     )
+    device = str(part_cells[0].get("device", "cpu"))
     return assemble_cell(key, merged[0], merged[1], warmup_s=float(part_cells[0].get("warmup_s") or 0),
-                         device=str(part_cells[0].get("device", "cpu")), n_gpus=run.n_gpus, run=run, notes=notes)
+                         device=device, n_gpus=gpus_used(device, run.n_gpus), run=run, notes=notes)
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
@@ -246,7 +247,8 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         log.exception("engine start failed")
         not_started = f"start: {type(exc).__name__}: {exc}"
     info = backend.info()
-    device, n_gpus = str(info.get("device", "cpu")), run.n_gpus
+    device = str(info.get("device", "cpu"))
+    n_gpus = gpus_used(device, run.n_gpus)
     store.write_provenance(provenance.collect(run, info, device))
 
     def all_failed(reason: str) -> list[CellResult]:
@@ -319,3 +321,9 @@ class _Progress:
     def close(self) -> None:
         self._requests.close()
         self.cells.close()
+
+
+def gpus_used(device: str, n_gpus: int) -> int:
+    """The GPUs a cell's engine ran on, as its row records them: ``n_gpus`` on a GPU, 0 on a CPU (whatever
+    ``n_gpus`` says: its default is 1); per-device rates then count the CPU as one device."""
+    return 0 if device.lower().startswith("cpu") else n_gpus

@@ -67,6 +67,15 @@ class Section:
             self.blocks.append(fig)
 
 
+def device_unit(cells: pd.DataFrame) -> str:
+    """What the ``*_per_gpu`` rates are per: ``GPU`` when every cell ran on one, else ``device`` (a CPU run
+    records n_gpus 0 and counts itself as one device; synthetic and remote cells say no GPU either)."""
+    devices = cells["device"].astype(str) if "device" in cells.columns else pd.Series(dtype=str)
+    gpus = cells["n_gpus"] if "n_gpus" in cells.columns else pd.Series(dtype=float)
+    on_gpus = len(devices) and devices.str.startswith("cuda").all() and (pd.to_numeric(gpus, errors="coerce") > 0).all()
+    return "GPU" if on_gpus else "device"
+
+
 def setup_cols(cells: pd.DataFrame) -> list[str]:
     """Setup columns that vary across the results: every grouping keeps them apart."""
     return [c for c in SETUP_CANDIDATES if c in cells and cells[c].astype(str).nunique() > 1]
