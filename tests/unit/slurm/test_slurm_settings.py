@@ -1,6 +1,5 @@
 """What a Slurm sweep asks for and records, without a cluster: the GPUs of a job (from the device
 and ``n_gpus``), ``n_gpus=0`` on a CPU, and where a cell ran (the Slurm ids of the environment)."""
-import math
 import shutil
 
 import pytest
