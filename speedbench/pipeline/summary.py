@@ -69,7 +69,7 @@ COLUMNS = [
     Column("status", "status", text=True),
 ]
 # dropped in this order (and named under the table) when a default table is still wider than WIDTH
-FIT_ORDER = ["predicted", "reps", "draft ms", "verify ms", "acc", "method", "loops", "rate"]
+FIT_ORDER = ["method", "predicted", "reps", "draft ms", "verify ms", "acc", "loops", "rate"]
 
 # the short form of each unstable reason (pipeline.protocol and pipeline.cells word them in full)
 SHORT_REASONS: list[tuple[str, Callable[[re.Match], str]]] = [
