@@ -115,6 +115,7 @@ body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0
 div.table{max-width:100%;overflow-x:auto;margin:.6em 0 1.2em}
 table{border-collapse:collapse;font-size:.85em}
 div.wide table{font-size:.72em} div.wide th,div.wide td{padding:.2em .3em} div.wide td{white-space:nowrap}
+div.wide th{overflow-wrap:anywhere;min-width:3.5em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
 th{background:#f3f3f3} td.na{color:#999;font-style:italic} td.text,th.text{text-align:left}
 caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left;padding-top:.3em}
