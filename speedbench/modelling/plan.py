@@ -21,6 +21,8 @@ from .shapes import ModelShape
 
 DEFAULT_MECHANISMS = ("ngram", "eagle3", "layer_skip", "dflash")
 TIE = 0.01  # relative speedup within which the smaller D is preferred
+DEFAULT_BATCH = "1,8,64"
+DEFAULT_CONTEXT = 1024.0
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,39 @@ def alphas_from_results(ok_cells) -> dict[str, float]:
     return out
 
 
-def calibrate_from_results(data, target: ModelShape, hw: Hardware, context: float, mode: str,
-                           p: cm.CostParams) -> Calibration:
+def measured_workload(data) -> dict:
+    """What the results measured: their batch sizes ("1,4") and median context tokens (the planner's
+    defaults with ``--results``, so it models what was measured, not 1,024 tokens); {} without results."""
+    if data is None or data.ok.empty:
+        return {}
+    out = {"batch": ",".join(str(int(b)) for b in sorted(set(data.ok["batch_size"])))}
+    ctx = data.ok["context_tokens"].dropna() if "context_tokens" in data.ok else []
+    if len(ctx):
+        out["context"] = float(ctx.median())
+    return out
+
+
+def measured_on(data) -> set[str]:
     from .hardware import match_device_name
 
+    return {(match_device_name(d).name if match_device_name(d) else d) for d in data.device_names}
+
+
+def planned_hardware(name: str, data) -> Hardware:
+    """``--hardware NAME``; ``cpu`` with results measured on a CPU is the nominal CPU entry, which the
+    results' measured T_verif then scales (the same plan on every call), not a new microbenchmark of
+    this machine (whose FLOP/s moved by 8x between two calls on a shared machine)."""
+    from . import hardware
+
+    key = name.strip().lower()
+    if key == "cpu" and data is not None and not data.ok.empty and "cpu" in measured_on(data):
+        return replace(hardware.HARDWARE["cpu-nominal"], name="cpu",
+                       source="nominal, scaled to the results' measured T_verif")
+    return hardware.get(name)
+
+
+def calibrate_from_results(data, target: ModelShape, hw: Hardware, context: float, mode: str,
+                           p: cm.CostParams) -> Calibration:
     ok = data.ok
     points = []
     for _, c in ok.iterrows():
@@ -110,13 +141,13 @@ def calibrate_from_results(data, target: ModelShape, hw: Hardware, context: floa
         points.append((int(c.batch_size), int(c.num_speculative_tokens), ctx, float(c.t_verify_ms)))
         points.append((int(c.batch_size), 0, ctx, float(c.t_verify_ms_baseline)))
     scale, spread = cm.calibrate(target, hw, points, p)
-    measured_on = {(match_device_name(d).name if match_device_name(d) else d) for d in data.device_names}
-    same = hw.name in measured_on or (hw.name == "cpu" and "cpu" in measured_on)
+    devices = measured_on(data)
+    same = hw.name in devices or (hw.name == "cpu" and "cpu" in devices)
     if mode == "never" or not points:
         return Calibration(scale, spread, len(points), False, "calibration off" if points else "no measured cells")
     if mode == "auto" and not same:
         return Calibration(scale, spread, len(points), False,
-                           f"results measured on {sorted(measured_on) or ['?']}, planning {hw.name}; use --calibrate always to apply")
+                           f"results measured on {sorted(devices) or ['?']}, planning {hw.name}; use --calibrate always to apply")
     return Calibration(scale, spread, len(points), True, f"fitted on {len(points)} measured T_verif points")
 
 
@@ -171,8 +202,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--model-shape", help="a shape preset (see speedbench.modelling.shapes.SHAPE_PRESETS), e.g. llama-3.1-8b")
     src.add_argument("--dtype", default=None, help="weights/KV dtype (default: the config's, else bfloat16)")
     parser.add_argument("--hardware", default="h200", help="h100-sxm, h200, b200, a100-80gb, l40s, or cpu (calibrated here)")
-    parser.add_argument("--batch", default="1,8,64", help="comma-separated batch sizes (default 1,8,64)")
-    parser.add_argument("--context", type=float, default=1024, help="context tokens per sequence while decoding")
+    parser.add_argument("--batch", default=None,
+                        help=f"comma-separated batch sizes (default: the measured ones with --results, else {DEFAULT_BATCH})")
+    parser.add_argument("--context", type=float, default=None,
+                        help=f"context tokens per sequence while decoding (default: the measured median with --results, "
+                             f"else {DEFAULT_CONTEXT:g})")
     parser.add_argument("--mechanisms", default=None, help=f"comma-separated (default {','.join(DEFAULT_MECHANISMS)}"
                         " plus draft_model with --draft-config; with --results: the measured methods)")
     parser.add_argument("--alpha", default=None, help="per-token acceptance: 0.8, or per mechanism ngram=0.5,eagle3=0.8")
@@ -225,7 +259,6 @@ def _check_config_name(spec: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from ..console import UsageError
-    from . import hardware
     from .shapes import load_shape
 
     data = None
@@ -244,6 +277,10 @@ def main(args: argparse.Namespace) -> int:
     if not spec:
         print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)", file=sys.stderr)
         return 2
+    measured = measured_workload(data)
+    given = {"batch": args.batch is not None, "context": args.context is not None}
+    args.batch = args.batch if given["batch"] else measured.get("batch", DEFAULT_BATCH)
+    args.context = args.context if given["context"] else measured.get("context", DEFAULT_CONTEXT)
     try:
         batches = _check_inputs(args)
     except ValueError as exc:
@@ -278,7 +315,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2
     try:
-        hw = hardware.get(args.hardware)
+        hw = planned_hardware(args.hardware, data)
     except UsageError as exc:  # an unknown name: one line naming the known ones
         print(f"speedbench plan: {exc}", file=sys.stderr)
         return 2
@@ -297,6 +334,10 @@ def main(args: argparse.Namespace) -> int:
             alpha[m] = alpha.get("*", 0.7)
             source[m] = "user" if "*" in alpha and args.alpha else "default 0.7 (no --alpha given)"
     work = Workload(batches, args.context, mechs, alpha, args.d_max)
+    taken = [f"{what} {args.batch if what == 'batch' else format(args.context, '.4g')}"
+             for what in ("batch", "context") if not given[what] and what in measured]
+    if taken:
+        notes.append(f"{' and '.join(taken)}: as measured in the results (--batch / --context to plan others)")
     best = best_per(sweep(target, hw, work, drafts, p))
     rec = recommend(best)
     if args.json:

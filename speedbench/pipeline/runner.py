@@ -249,8 +249,9 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
                "derived": f"{OVERALL}: every metric on the union of the {len(parts)} category cells' records, "
                           f"the first {common} repeat(s) of each (the fewest any took)"},
     )
+    device = str(part_cells[0].get("device", "cpu"))
     cell = assemble_cell(key, merged[0], merged[1], warmup_s=float(part_cells[0].get("warmup_s") or 0),
-                         device=str(part_cells[0].get("device", "cpu")), n_gpus=run.n_gpus, run=run, notes=notes)
+                         device=device, n_gpus=gpus_used(device, run.n_gpus), run=run, notes=notes)
     ran = max(int(c.get("concurrency") or -1) for c in part_cells)  # a load point is what ran: its parts'
     return replace(cell, concurrency=ran) if ran > 0 else cell
 
@@ -267,7 +268,7 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         log.debug("engine start failed", exc_info=True)
     info = backend.info()
     device = str(info.get("device", "cpu"))
-    n_gpus = 0 if device == "cpu" else run.n_gpus  # what the cell's engine ran on: no GPU on a CPU device
+    n_gpus = gpus_used(device, run.n_gpus)
     store.write_provenance(provenance.collect(run, info, device))
 
     def all_failed(reason: str) -> list[CellResult]:
@@ -340,3 +341,9 @@ class _Progress:
     def close(self) -> None:
         self._requests.close()
         self.cells.close()
+
+
+def gpus_used(device: str, n_gpus: int) -> int:
+    """The GPUs a cell's engine ran on, as its row records them: ``n_gpus`` on a GPU, 0 on a CPU (whatever
+    ``n_gpus`` says: its default is 1); per-device rates then count the CPU as one device."""
+    return 0 if device.lower().startswith("cpu") else n_gpus

@@ -1,43 +1,127 @@
-"""The one-screen table printed at the end of a run."""
+"""The one-screen table printed at the end of a run.
+
+It fits :data:`WIDTH` columns: the columns a reader needs to judge a cell, load-point columns (C,
+rate) when any cell has a load point, and the columns that flag a problem (loops, match, method)
+only when some cell shows one; every column with ``wide=True`` (``speedbench run --wide``).
+"""
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
+from typing import Callable
 
 import pandas as pd
 
+WIDTH = 120  # the widest line of the default table
+WIDE_HINT = "(speedbench run --wide: every column)"
+
+
+def _any(pred: Callable[[pd.Series], pd.Series]) -> Callable[[pd.DataFrame, str], bool]:
+    return lambda cells, key: bool(pred(cells[key]).any())
+
+
+def _numeric(col: pd.Series) -> pd.Series:
+    return pd.to_numeric(col, errors="coerce")
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # the cell-table column
+    label: str
+    text: bool = False  # left-aligned
+    wide: bool = False  # only with --wide (unless ``when`` says a cell needs it)
+    when: Callable[[pd.DataFrame, str], bool] | None = None  # shown by default only when this holds
+
+    def shown(self, cells: pd.DataFrame, wide: bool) -> bool:
+        if self.key not in cells.columns:
+            return False
+        if wide:
+            return True
+        return (self.when(cells, self.key) if self.when is not None else not self.wide)
+
+
 COLUMNS = [
-    ("category", "category"),
-    ("drafter", "drafter"),
-    ("method", "method"),
-    ("num_speculative_tokens", "D"),
-    ("batch_size", "B"),
-    ("concurrency", "C"),  # a load point's columns: shown when any cell ran one (LOAD_COLUMNS)
-    ("request_rate", "rate"),
-    ("n_requests", "n"),
-    ("al", "AL"),
-    ("al_speed_bench", "AL(SPEED-Bench)"),
-    ("degenerate_frac", "loops"),
-    ("acceptance_rate", "acc"),
-    ("t_draft_ms", "draft ms"),
-    ("t_verify_ms", "verify ms"),
-    ("tpot_ms_baseline", "TPOT base"),
-    ("tpot_ms_spec", "TPOT spec"),
-    ("speedup", "speedup"),
-    ("speedup_interval", "95% CI"),
-    ("speedup_cv", "cv"),
-    ("n_repeats", "reps"),
-    ("speedup_predicted", "predicted"),
-    ("stable", "stable"),
-    ("greedy_match_rate", "match"),
-    ("status", "status"),
+    Column("category", "category", text=True),
+    Column("drafter", "drafter", text=True),
+    Column("method", "method", text=True, wide=True,
+           when=lambda c, k: "drafter" in c.columns and bool((c[k].astype(str) != c["drafter"].astype(str)).any())),
+    Column("num_speculative_tokens", "D"),
+    Column("batch_size", "B"),
+    Column("concurrency", "C", when=_any(lambda s: _numeric(s).fillna(-1) >= 0)),  # -1: load.concurrency unset
+    Column("request_rate", "rate", when=_any(lambda s: _numeric(s).apply(math.isfinite))),  # inf: closed loop
+    Column("n_requests", "n"),
+    Column("al", "AL"),
+    Column("al_speed_bench", "AL(SPEED-Bench)", wide=True),
+    Column("degenerate_frac", "loops", wide=True, when=_any(lambda s: _numeric(s).fillna(0) > 0)),
+    Column("acceptance_rate", "acc"),
+    Column("t_draft_ms", "draft ms"),
+    Column("t_verify_ms", "verify ms"),
+    Column("tpot_ms_baseline", "TPOT base", wide=True),
+    Column("tpot_ms_spec", "TPOT spec", wide=True),
+    Column("speedup", "speedup"),
+    Column("speedup_interval", "95% CI"),
+    Column("speedup_cv", "cv", wide=True),
+    Column("n_repeats", "reps"),
+    Column("speedup_predicted", "predicted"),
+    Column("stable", "stable", text=True),
+    Column("greedy_match_rate", "match", wide=True, when=_any(lambda s: _numeric(s).fillna(1) < 1)),
+    Column("status", "status", text=True),
+]
+# dropped in this order (and named under the table) when a default table is still wider than WIDTH
+FIT_ORDER = ["method", "predicted", "reps", "draft ms", "verify ms", "acc", "loops", "rate"]
+
+# the short form of each unstable reason (pipeline.protocol and pipeline.cells word them in full)
+SHORT_REASONS: list[tuple[str, Callable[[re.Match], str]]] = [
+    (r"(\d+) request\(s\) failed", lambda m: "failed"),
+    (r"no_drafts", lambda m: "no drafts"),
+    (r"one repeat", lambda m: "1 repeat"),
+    (r"no finite speedup interval", lambda m: "no CI"),
+    (r"measurement noise \+-([\d.]+%)", lambda m: f"noise {m.group(1)}"),
+    (r"contention", lambda m: "contention"),
+    (r"client_bound", lambda m: "client-bound"),
 ]
 
 
-def format_table(cells: pd.DataFrame) -> str:
+def short_reason(reason: str) -> str:
+    """``noise 7.2%, contention`` from an ``unstable_reason`` ('' when it names none of the known reasons)."""
+    found = [short(m) for pattern, short in SHORT_REASONS if (m := re.search(pattern, reason or ""))]
+    return ", ".join(found)
+
+
+def stable_text(stable, reason) -> str:
+    if bool(stable):
+        return "yes"
+    short = short_reason(reason if isinstance(reason, str) else "")
+    return f"NO ({short})" if short else "NO"
+
+
+def format_table(cells: pd.DataFrame, *, wide: bool = False) -> str:
+    """The run's cell table; ``wide``: every column (else it fits :data:`WIDTH`, a note names what it left out)."""
     if cells.empty:
         return "(no cells)"
-    order = [c for c in ("drafter", "category", "num_speculative_tokens", "batch_size") if c in cells.columns]
+    order = [c for c in ("drafter", "category", "num_speculative_tokens", "batch_size", "concurrency", "request_rate")
+             if c in cells.columns]
     cells = cells.sort_values(order, kind="stable") if order else cells
+    cells = _display_values(cells)
+    shown = [c for c in COLUMNS if c.shown(cells, wide)]
+    frame = cells[[c.key for c in shown]].rename(columns={c.key: c.label for c in shown}).apply(lambda col: col.map(_fmt))
+    text = [c.label for c in shown if c.text]
+    table, dropped = align(frame, text), []
+    for label in FIT_ORDER if not wide else []:
+        if max(map(len, table.splitlines())) <= WIDTH:
+            break
+        if label in frame.columns:
+            frame, dropped = frame.drop(columns=[label]), [*dropped, label]
+            table = align(frame, text)
+    hidden = [c for c in COLUMNS if c.key in cells.columns and not c.shown(cells, wide)]
+    if dropped:
+        return table + f"\nleft out to fit {WIDTH} columns: {', '.join(dropped)} {WIDE_HINT}"
+    return table + (f"\n{WIDE_HINT}" if hidden else "")
+
+
+def _display_values(cells: pd.DataFrame) -> pd.DataFrame:
+    """Columns as the table shows them: the interval, B as run, D of a schedule, C and rate, stable with its reason."""
     if {"speedup_ci_low", "speedup_ci_high"} <= set(cells.columns):
         cells = cells.assign(speedup_interval=[
             "-" if not (math.isfinite(lo) and math.isfinite(hi)) else f"[{lo:.3g}, {hi:.3g}]"
@@ -50,33 +134,23 @@ def format_table(cells: pd.DataFrame) -> str:
         cells = cells.assign(num_speculative_tokens=[
             f"{d} (schedule)" if isinstance(sc, str) and sc else d
             for d, sc in zip(cells["num_speculative_tokens"], cells["schedule"])])
-    cells = _load_point(cells)
-    frame = cells[[c for c, _ in COLUMNS if c in cells.columns]].rename(columns=dict(COLUMNS))
-
-    def fmt(v):
-        if isinstance(v, bool):
-            return "yes" if v else "NO"
-        if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return v
-
-    return align(frame.apply(lambda col: col.map(fmt)), text=[label for c, label in COLUMNS if c in TEXT_COLUMNS])
+    if "concurrency" in cells.columns:
+        cells = cells.assign(concurrency=[c if _numeric(pd.Series([c])).iloc[0] >= 0 else "-" for c in cells["concurrency"]])
+    if "request_rate" in cells.columns:
+        cells = cells.assign(request_rate=[r if isinstance(r, (int, float)) and math.isfinite(r) else "-"
+                                           for r in cells["request_rate"]])
+    if "stable" in cells.columns:
+        reasons = cells["unstable_reason"] if "unstable_reason" in cells.columns else [""] * len(cells)
+        cells = cells.assign(stable=[stable_text(s, r) for s, r in zip(cells["stable"], reasons)])
+    return cells
 
 
-LOAD_COLUMNS = ("concurrency", "request_rate")
-
-
-def _load_point(cells: pd.DataFrame) -> pd.DataFrame:
-    """C and rate as a load point ran (``-`` where a cell has none); dropped when no cell ran one, so rows of
-    different load points never look identical."""
-    if not set(LOAD_COLUMNS) <= set(cells.columns):
-        return cells.drop(columns=[c for c in LOAD_COLUMNS if c in cells.columns])
-    conc = pd.to_numeric(cells["concurrency"], errors="coerce")
-    rate = pd.to_numeric(cells["request_rate"], errors="coerce")
-    if not bool((conc > 0).any() or rate.map(math.isfinite).any()):
-        return cells.drop(columns=list(LOAD_COLUMNS))
-    return cells.assign(concurrency=[str(int(c)) if c > 0 else "-" for c in conc.fillna(-1)],
-                        request_rate=[f"{r:g}/s" if math.isfinite(r) else "-" for r in rate.fillna(math.inf)])
+def _fmt(v):
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return v
 
 
 def _smaller(ran, asked) -> bool:
@@ -84,9 +158,6 @@ def _smaller(ran, asked) -> bool:
         return 0 < int(ran) < int(asked)
     except (TypeError, ValueError):
         return False
-
-
-TEXT_COLUMNS = {"category", "drafter", "method", "status"}
 
 
 def align(frame: pd.DataFrame, text: list[str]) -> str:

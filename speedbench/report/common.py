@@ -72,6 +72,15 @@ class Section:
             self.blocks.append(fig)
 
 
+def device_unit(cells: pd.DataFrame) -> str:
+    """What the ``*_per_gpu`` rates are per: ``GPU`` when every cell ran on one, else ``device`` (a CPU run
+    records n_gpus 0 and counts itself as one device; synthetic and remote cells say no GPU either)."""
+    devices = cells["device"].astype(str) if "device" in cells.columns else pd.Series(dtype=str)
+    gpus = cells["n_gpus"] if "n_gpus" in cells.columns else pd.Series(dtype=float)
+    on_gpus = len(devices) and devices.str.startswith("cuda").all() and (pd.to_numeric(gpus, errors="coerce") > 0).all()
+    return "GPU" if on_gpus else "device"
+
+
 def setup_cols(cells: pd.DataFrame) -> list[str]:
     """Setup columns that vary across the results, then the load-point columns when any cell has a load
     point set (``load_cols``): every grouping keeps them apart and every table shows them."""
@@ -85,14 +94,6 @@ def load_cols(cells: pd.DataFrame) -> list[str]:
     conc = pd.to_numeric(cells["concurrency"], errors="coerce")
     rate = pd.to_numeric(cells["request_rate"], errors="coerce")
     return list(LOAD_COLUMNS) if bool((conc > 0).any() or rate.map(math.isfinite).any()) else []
-
-
-def per_device(cells: pd.DataFrame) -> str:
-    """How a per-device throughput is named: "per GPU" when the cells ran on GPUs, else "per device"
-    (a CPU run: ``n_gpus`` 0, the machine is its one device)."""
-    gpus = pd.to_numeric(cells.get("n_gpus", pd.Series(dtype=float)), errors="coerce")
-    return "per GPU" if (gpus > 0).any() and (cells.get("device", pd.Series("cuda", index=cells.index)) != "cpu").any() \
-        else "per device"
 
 
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:

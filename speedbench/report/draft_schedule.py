@@ -20,14 +20,21 @@ def figure(rows: pd.DataFrame, name: str, col: str, out: Path):
     mine = rows[rows["drafter"] == name]
     mine = mine.assign(**{col: load_of(mine, col)}).sort_values(col)  # the load each cell ran at
     static = static_mask(mine)
-    series = [plots.Series(f"D={d}", list(g[col]), list(g["speedup"]), "-o", color=f"C{i % 10}")
+    series = [plots.Series(f"D={d}", list(g[col]), list(g["speedup"]), "-o", color=f"C{i % 10}", **_interval(g))
               for i, (d, g) in enumerate(mine[static].groupby("num_speculative_tokens"))]
-    series += [plots.Series(f"schedule {text}", list(g[col]), list(g["speedup"]), "-s", color="k")
+    series += [plots.Series(f"schedule {text}", list(g[col]), list(g["speedup"]), "-s", color="k", **_interval(g))
                for text, g in mine[~static].groupby("schedule")]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
     return plots.lines(out / f"schedule_{safe}.png", series, plots.Axes(
         col, "speedup (measured)", f"{name}: speedup per load, each static D and the schedule (measured)",
-        logx=True, hlines=[(1.0, "no speculation")]), f"{name}: speedup vs {col}")
+        logx=True, hlines=[(1.0, "no speculation")]), f"{name}: speedup vs {col} (bars: each point's 95% interval)")
+
+
+def _interval(rows: pd.DataFrame) -> dict:
+    """A series' error bars: each row's speedup interval (none where the rows carry none)."""
+    if not {"speedup_ci_low", "speedup_ci_high"} <= set(rows.columns):
+        return {}
+    return {"low": list(rows["speedup_ci_low"]), "high": list(rows["speedup_ci_high"])}
 
 
 def _iv(ci) -> str:

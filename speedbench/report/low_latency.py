@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import B, D, DERIVED, MEASURED, MECH, Section, finite, per_config, setup_cols, spec_cells, stable_cells
+from .common import (B, D, DERIVED, MEASURED, MECH, Section, config_speedups, finite, per_config, setup_cols, spec_cells,
+                     stable_cells)
 from ..results.load import ReportData
 
 LOW_B = 1
@@ -28,6 +29,9 @@ def rho_per_mechanism(cells: pd.DataFrame) -> pd.Series:
 def curves(cells: pd.DataFrame) -> pd.DataFrame:
     """Per (mechanism, D) at B=1: AL, measured speedup, rho, AL/(1+rho D)."""
     conf = per_config(cells, ["al", "speedup"])
+    keys = [k for k in conf.columns if k not in ("al", "speedup")]
+    interval = config_speedups(cells)[keys + ["speedup_low", "speedup_high"]]  # drawn as the speedup's error bars
+    conf = conf.merge(interval, on=keys, how="left")
     rho = rho_per_mechanism(cells)
     conf["rho"] = conf[MECH].map(rho)
     conf["al_over_cost"] = conf["al"] / (1 + conf["rho"] * conf[D])
@@ -132,8 +136,9 @@ def build(data: ReportData, out: Path) -> Section:
         c = f"C{i % 10}"
         series.append(plots.Series(f"{mech}: AL (measured)", list(grp[D]), list(grp["al"]), "-o", color=c))
         series.append(plots.Series(f"{mech}: AL/(1+rho D) (modelled)", list(grp[D]), list(grp["al_over_cost"]), "--s", color=c))
-        series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c))
+        series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c,
+                                   low=list(grp["speedup_low"]), high=list(grp["speedup_high"])))
     sec.figure(plots.lines(out / "g4_low_latency.png", series, plots.Axes(
         "draft length D", "tokens per iteration / speedup", f"G4: AL and AL/(1+rho D) at B = {LOW_B}",
-        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1."))
+        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1 (bars: its 95% interval)."))
     return sec

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import draft_cost, plots
-from .common import B, D, MEASURED, MECH, Section, config_speedups, per_config, per_device, setup_cols, spec_cells
+from .common import B, D, MEASURED, MECH, Section, config_speedups, device_unit, per_config, setup_cols, spec_cells
 
 
 def ranking(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -118,14 +118,17 @@ def _load_slices(spec: pd.DataFrame, setup: list[str]):
 
 def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):
     base = ok.groupby(B)[["tokens_per_s_user_baseline", "tokens_per_s_per_gpu_baseline"]].mean()
-    groups = {"no speculation": (list(base["tokens_per_s_user_baseline"]), list(base["tokens_per_s_per_gpu_baseline"]), "s")}
+    groups = {"no speculation": (list(base["tokens_per_s_user_baseline"]), list(base["tokens_per_s_per_gpu_baseline"]), "s",
+                                 [f"B{b}" for b in base.index])}
     conf = per_config(spec, ["tokens_per_s_user_spec", "tokens_per_s_per_gpu_spec"])
     markers = "o^vD<>phx*"
     for i, (mech, grp) in enumerate(conf.groupby(MECH)):
-        groups[f"{mech} (all D)"] = (list(grp["tokens_per_s_user_spec"]), list(grp["tokens_per_s_per_gpu_spec"]), markers[i % len(markers)])
+        groups[f"{mech} (all D)"] = (list(grp["tokens_per_s_user_spec"]), list(grp["tokens_per_s_per_gpu_spec"]), markers[i % len(markers)],
+                                     [f"D{d}/B{b}" for d, b in zip(grp[D], grp[B])])
+    unit = device_unit(ok)
     return plots.pareto(out / "g5_pareto.png", groups, plots.Axes(
-        "tokens/s per user", f"tokens/s {per_device(ok)}", "G5: throughput vs latency, with and without speculation (measured)"),
-        "Pareto view: each point a (mechanism, D, B) configuration; lines are each group's frontier.")
+        "tokens/s per user", f"tokens/s per {unit}", "G5: throughput vs latency, with and without speculation (measured)"),
+        "Pareto view: each point a (mechanism, D, B) configuration, labelled D/B; lines are each group's frontier.")
 
 
 def _mean_lists(lists) -> list[float]:

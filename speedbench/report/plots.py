@@ -31,6 +31,8 @@ class Series:
     style: str = "-o"  # matplotlib format string
     kind: str = "measured"  # measured | modelled (say so in the label too)
     color: str | None = None  # matplotlib colour; one per mechanism keeps a mechanism's curves together
+    low: list[float] | None = None  # the interval around each y (drawn as error bars; NaN: none at that point)
+    high: list[float] | None = None
 
 
 @dataclass
@@ -52,6 +54,18 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+LEGEND_INSIDE = 4  # more entries than this: the legend goes right of the axes, off the lines
+
+
+def _errors(s: "Series") -> tuple[list[float], list[float], list[float], list[float]] | None:
+    """(x, y, below, above) of the points that have a finite interval around a finite y."""
+    if s.low is None or s.high is None:
+        return None
+    pts = [(float(x), float(y), float(y) - float(lo), float(hi) - float(y)) for x, y, lo, hi in zip(s.x, s.y, s.low, s.high)
+           if _ok(x) and _ok(y) and _ok(lo) and _ok(hi)]
+    return tuple(map(list, zip(*pts))) if pts else None
 
 
 def _clean(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
@@ -84,11 +98,13 @@ def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
-    if handles:
+    if len(handles) > LEGEND_INSIDE:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    elif handles:
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return Figure(path, caption)
 
@@ -111,12 +127,18 @@ def lines(path: Path, series: list[Series], axes: Axes, caption: str) -> Figure 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for s in series:
         xs, ys = _clean(s.x, s.y)
-        ax.plot(xs, ys, s.style, label=s.label, ms=4, lw=1.3, color=s.color)
+        line, = ax.plot(xs, ys, s.style, label=s.label, ms=4, lw=1.3, color=s.color)
+        err = _errors(s)
+        if err:
+            ex, ey, below, above = err
+            ax.errorbar(ex, ey, yerr=[below, above], fmt="none", ecolor=line.get_color(), elinewidth=0.9, capsize=3,
+                        alpha=0.8)
     return _finish(plt, fig, ax, axes, path, caption)
 
 
-def pareto(path: Path, groups: dict[str, tuple[list[float], list[float], str]], axes: Axes, caption: str) -> Figure | None:
-    """Scatter of (x, y) per group plus each group's upper-right frontier (higher is better on both)."""
+def pareto(path: Path, groups: dict[str, tuple], axes: Axes, caption: str) -> Figure | None:
+    """Scatter of (x, y) per group plus each group's upper-right frontier (higher is better on both).
+    A group is (xs, ys, marker) or (xs, ys, marker, point labels), each label written next to its point."""
     groups = {k: v for k, v in groups.items() if _clean(v[0], v[1])[0]}
     if not groups or not ENABLED.get():
         return None
@@ -124,9 +146,13 @@ def pareto(path: Path, groups: dict[str, tuple[list[float], list[float], str]], 
         return as_table(axes, caption, [(k, *(c[0] for c in _clean(v[0], v[1]))) for k, v in groups.items()])
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for label, (xs, ys, marker) in groups.items():
-        xs, ys = _clean(xs, ys)
+    for label, (xs, ys, marker, *names) in groups.items():
+        kept = [(float(x), float(y), n) for x, y, n in zip(xs, ys, names[0] if names else [""] * len(xs)) if _ok(x) and _ok(y)]
+        xs, ys = [k[0] for k in kept], [k[1] for k in kept]
         line = ax.scatter(xs, ys, s=18, marker=marker, label=label, alpha=0.8)
+        for x, y, name in kept:
+            if name:
+                ax.annotate(name, (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6, color="#444")
         fx, fy = frontier(xs, ys)
         ax.plot(fx, fy, "-", lw=1.0, color=line.get_facecolor()[0])
     return _finish(plt, fig, ax, axes, path, caption)

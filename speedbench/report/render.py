@@ -78,6 +78,9 @@ def html_text(text: str) -> str:
     return "\n".join(out)
 
 
+WIDE_TABLE = 10  # a table with more columns than this is set smaller (the report's "All cells" has 17)
+
+
 def html_table(t: Table) -> str:
     if t.frame.empty:
         return "<p><i>(no rows: n/a)</i></p>"
@@ -96,7 +99,9 @@ def html_table(t: Table) -> str:
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(t.caption)}</caption>" if t.caption else ""
-    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    wide = " wide" if len(t.frame.columns) > WIDE_TABLE else ""  # many columns: smaller type, so it fits the page
+    return (f"<div class='table{wide}'><table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            "</div>")
 
 
 def html_figure(f: Figure) -> str:
@@ -107,7 +112,10 @@ def html_figure(f: Figure) -> str:
 
 CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
-table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
+div.table{max-width:100%;overflow-x:auto;margin:.6em 0 1.2em}
+table{border-collapse:collapse;font-size:.85em}
+div.wide table{font-size:.72em} div.wide th,div.wide td{padding:.2em .3em} div.wide td{white-space:nowrap}
+div.wide th{overflow-wrap:anywhere;min-width:3.5em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
 th{background:#f3f3f3} td.na{color:#999;font-style:italic} td.text,th.text{text-align:left}
 caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left;padding-top:.3em}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import D, DERIVED, MEASURED, MECH, Section, finite, per_device, spec_cells
+from .common import D, DERIVED, MEASURED, MECH, Section, device_unit, finite, spec_cells
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -125,26 +125,27 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
     series = []
     for i, ((ds, mech, d), grp) in enumerate(frame.sort_values("concurrency").groupby(["dataset", MECH, D])):
         series.append(plots.Series(f"{mech} D={d} ({ds})", list(grp["concurrency"]), list(grp["speedup"]), "-o",
-                                   color=f"C{i % 10}"))
+                                   color=f"C{i % 10}", low=list(grp["speedup_ci_low"]), high=list(grp["speedup_ci_high"])))
     sec.figure(plots.lines(out / "load_speedup_vs_concurrency.png", series, plots.Axes(
         "concurrency (requests in flight)", "speedup (TPOT)", "Speedup vs concurrency", logx=True,
-        hlines=[(1.0, "")]), "Speedup of TPOT vs concurrency per drafter (1 = no gain)."))
+        hlines=[(1.0, "")]), "Speedup of TPOT vs concurrency per drafter (1 = no gain; bars: each point's 95% interval)."))
     groups, rows = {}, []
     marks = "o^sDvP*X"
     base = frame.drop_duplicates(["dataset", "concurrency"])
-    per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float).clip(lower=1)  # CPU: 1 device
-    word = per_device(frame)
+    per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float).clip(lower=1)  # a CPU: one device
+    unit = device_unit(frame)
     groups["baseline"] = (list(base["tokens_per_s_user_baseline"]),
-                          list(base["output_tok_s_baseline"] / per_gpu.loc[base.index]), "x")
+                          list(base["output_tok_s_baseline"] / per_gpu.loc[base.index]), "x",
+                          [f"C{c}" for c in base["concurrency"]])
     for i, (mech, grp) in enumerate(frame.groupby(MECH)):
         groups[mech] = (list(grp["tokens_per_s_user_spec"]), list(grp["output_tok_s_spec"] / per_gpu.loc[grp.index]),
-                        marks[i % len(marks)])
-    for label, (xs, ys, _) in groups.items():
-        rows += [{"series": label, "tok/s per user": x, f"tok/s {word}": y} for x, y in zip(xs, ys)]
+                        marks[i % len(marks)], [f"D{d}/C{c}" for d, c in zip(grp[D], grp["concurrency"])])
+    for label, (xs, ys, *_) in groups.items():
+        rows += [{"series": label, "tok/s per user": x, "tok/s per GPU": y} for x, y in zip(xs, ys)]  # a stable key (per device on a CPU)
     sec.values["pareto"] = rows
     sec.figure(plots.pareto(out / "load_pareto.png", groups, plots.Axes(
-        "output tokens/s per user", f"output tokens/s {word}", f"Per-user vs {word} throughput"),
-        "Each point is one concurrency; the line is each series' frontier (both higher is better)."))
+        "output tokens/s per user", f"output tokens/s per {unit}", f"Per-user vs per-{unit} throughput"),
+        "Each point is one concurrency (labelled D/C); the line is each series' frontier (both higher is better)."))
 
 
 def _random_line(sec: Section, closed: pd.DataFrame) -> None:

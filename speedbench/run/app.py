@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..console import UsageError, error_line, hold_stderr, release_stderr
@@ -31,6 +32,7 @@ class Invocation:
     started: bool = False  # Hydra called the app: composition succeeded
     wandb_dir: Path | None = None
     verdict: verdicts.Verdict | None = None  # a single run's own verdict (a sweep's comes from callbacks)
+    started_at: float = field(default_factory=time.time)  # cells written after this are this invocation's
 
 
 def run_app(argv: list[str]) -> int:
@@ -217,7 +219,8 @@ def _finish(state: Invocation, sweep: verdicts.Verdict | None) -> tuple[int, boo
     else:  # a single run names its verdict only when it fails it
         message = judged.message() if judged is not None and not judged.ok and code != 2 else None
         ok = code == 0
-    output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir)
+    output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir,
+                  wide=state.own.wide, since=state.started_at)
     return code, True
 
 

@@ -13,10 +13,12 @@ _INFO_CHOICES = {"all", "config", "defaults", "defaults-tree", "plugins", "searc
 
 @dataclass(frozen=True)
 class OwnOptions:
-    """speedbench's own ``run`` options: ``--json FILE`` (``-`` = stdout); ``--check`` (validate, load and run nothing)."""
+    """speedbench's own ``run`` options: ``--json FILE`` (``-`` = stdout); ``--check`` (validate, load and run nothing);
+    ``--wide`` (the end-of-run table with every column, not fitted to 120)."""
 
     json: str | None = None
     check: bool = False
+    wide: bool = False
 
 
 def split_run_argv(argv: list[str]) -> tuple[list[str], OwnOptions]:
@@ -27,12 +29,15 @@ def split_run_argv(argv: list[str]) -> tuple[list[str], OwnOptions]:
     """
     options: list[str] = []
     overrides: list[str] = []
-    json_path, check = None, False
+    json_path, check, wide = None, False, False
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--check":
             check, i = True, i + 1
+            continue
+        if arg == "--wide":
+            wide, i = True, i + 1
             continue
         if arg == "--json" or arg.startswith("--json="):
             if arg == "--json":
@@ -54,7 +59,7 @@ def split_run_argv(argv: list[str]) -> tuple[list[str], OwnOptions]:
         else:
             overrides.append(arg)
         i += 1
-    return options + overrides, OwnOptions(json_path, check)
+    return options + overrides, OwnOptions(json_path, check, wide)
 
 
 def is_multirun(argv: list[str]) -> bool:

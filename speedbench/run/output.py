@@ -95,8 +95,24 @@ def point_latest(root: Path) -> Path | None:
     return link
 
 
+def added_by_this_invocation(root: Path, table, since: float | None):
+    """(the rows to print, a note): in a folder this invocation resumed, only the cells it wrote
+    (their files are newer than ``since``, when it started), and a line saying how many it kept."""
+    if since is None or table.empty or "cell_id" not in table.columns:
+        return table, ""
+    written = {p.stem: p.stat().st_mtime for p in RunFolder(root).cell_paths()}
+    mask = table["cell_id"].map(lambda c: written.get(c, 0.0) >= since)
+    n_new, n_kept = int(mask.sum()), int((~mask).sum())
+    if not n_kept:
+        return table, ""
+    if not n_new:
+        return table, f"nothing new: all {n_kept} cell(s) were already measured in this folder"
+    return table[mask], (f"resumed: {n_new} cell(s) written by this run (below), {n_kept} kept from before "
+                         f"(every cell: {RunFolder(root).root / 'cells.csv'}, or speedbench report)")
+
+
 def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
-           wandb_dir: Path | None = None) -> None:
+           wandb_dir: Path | None = None, wide: bool = False, since: float | None = None) -> None:
     from ..pipeline.summary import format_table
 
     root = Path(root)
@@ -108,7 +124,10 @@ def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json
     print(f"\nresults: {root}", file=out)
     if data["synthetic"]:
         print(SYNTHETIC_BANNER, file=out)
-    print(format_table(table), file=out)
+    shown, note = added_by_this_invocation(root, table, since)
+    if note:
+        print(note, file=out)
+    print(format_table(shown, wide=wide), file=out)
     if wandb_dir is not None and Path(wandb_dir).is_dir():
         print(f"W&B offline runs: {wandb_dir}  (upload: wandb sync {wandb_dir}/offline-run-*)", file=out)
     if verdict:

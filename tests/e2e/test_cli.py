@@ -55,6 +55,7 @@ def test_multirun_grid_and_resume(tmp_path):
     assert again.returncode == 0
     after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "grid" / "cells").iterdir()}
     assert before == after  # every finished cell skipped, none duplicated
+    assert "nothing new: all 6 cell(s) were already measured" in again.stdout
 
 
 def test_a_broken_cell_is_recorded_and_fails_the_run(tmp_path):

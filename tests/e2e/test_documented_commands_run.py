@@ -124,13 +124,15 @@ FILL = {"path/to/config.json": "builtin:tiny-target", "path/to/draft/config.json
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A folder laid out as the docs assume: a small run under results/runs (also as latest, a, b,
-    sweep-a, sweep-b, candidate), the committed CI baseline, and results/all."""
+    sweep-a, sweep-b, candidate, ci-default: the CI benchmark's run id), the committed CI baseline,
+    and results/all."""
     root = tmp_path_factory.mktemp("docs")
     runs = root / "results" / "runs"
     assert main(["run", *SMALL, "dataset.categories=[coding,math]", f"results_dir={runs}", "run_id=some-run"]) == 0
     for name in ("a", "b", "sweep-a", "sweep-b", "candidate"):
         shutil.copytree(runs / "some-run", runs / name, symlinks=True)
     shutil.copytree(REPO / "results" / "baselines" / "ci-default", root / "results" / "baselines" / "ci-default")
+    shutil.copytree(runs / "some-run", runs / "ci-default", symlinks=True)  # where `run +experiment=ci_gate` writes
     shutil.copytree(runs / "some-run", root / "results" / "baselines" / "baseline", symlinks=True)
     shutil.copytree(runs / "some-run", root / "results" / "all", symlinks=True)
     return root

@@ -138,6 +138,19 @@ def test_at_most_max_servers_alive_over_every_set_of_the_process(tmp_path):
             job.close()
 
 
+def test_a_slow_start_says_where_it_is(tmp_path, monkeypatch, capfd):
+    """Before: a vllm_serve start printed nothing for about 90 s. Now a line every STARTUP_NOTE_S."""
+    from speedbench.backends import server_set
+
+    monkeypatch.setattr(server_set, "STARTUP_NOTE_S", 0.5)
+    slow = [sys.executable, "-c", "import sys, time; print('loading weights', flush=True); time.sleep(2.0); "
+            "sys.argv[1:] = ['--bind', '127.0.0.1', sys.argv[1]]; import runpy; runpy.run_module('http.server', run_name='__main__')"]
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=PORT) as servers:
+        servers.ensure([("s", "slow", slow)])
+    notes = [ln for ln in capfd.readouterr().err.splitlines() if ln.startswith("server slow: starting")]
+    assert len(notes) >= 2 and "s so far" in notes[0] and any("loading weights" in n for n in notes)
+
+
 def _harness(tmp_path, then: str = "", **popen) -> tuple[subprocess.Popen, list[int]]:
     """A harness process that starts one server, prints its pids, runs ``then`` and sleeps."""
     script = textwrap.dedent(f"""

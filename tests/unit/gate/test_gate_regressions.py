@@ -3,6 +3,8 @@ by a fixed delay and a drafter whose weights were replaced by random ones fail; 
 other settings fails cleanly as a mismatch. Gated with conf/gate/ci.yaml, whose speedup
 tolerance comes from the measured run-to-run noise (see scripts/gate_false_alarms.py)."""
 import copy
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from speedbench.gate import load_config, run_gate
 from tests.support.sweep_helpers import make_run
 
 CATEGORIES = ("coding", "math", "writing")
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +48,40 @@ def test_two_identical_runs_pass(results, baseline):
     assert all(c.ratio == 1.0 for c in report.checks if c.metric == "al")  # greedy AL is deterministic
 
 
-def test_a_drafter_slowed_by_a_fixed_delay_fails_on_speedup(results, baseline):
-    report = run_gate(baseline, measure(results, "slowed", faults=FaultConfig(delay_ms=15)), load_config("ci"))  # not in the cell id
+@pytest.fixture(scope="module")
+def slowed(results, baseline):
+    return run_gate(baseline, measure(results, "slowed", faults=FaultConfig(delay_ms=15)), load_config("ci"))  # not in the cell id
+
+
+def test_a_drafter_slowed_by_a_fixed_delay_fails_on_speedup(slowed):
+    report = slowed
     assert report.exit_code == 1
     (pooled,) = [c for c in report.checks if c.metric == "speedup" and c.cell_id == "ALL"]
     assert pooled.verdict == "regressed"  # ci.yaml gates speedup on the mean over cells
     assert all(c.ratio < 0.75 for c in report.checks if c.metric == "speedup")  # and every cell shows it
     assert verdicts(report, "al") == {"pass"}  # same tokens, same acceptance: only time moved
+
+
+def test_the_slowed_gate_prints_what_docs_ci_gate_md_says(slowed):
+    """docs/ci-gate.md's "What it prints" for its slowed-run recipe, checked against the gate's own table."""
+    from speedbench.gate.output import format_report
+
+    doc = (REPO / "docs" / "ci-gate.md").read_text()
+    said = re.search(r"What it prints \(tested[^)]*\):(.*?)exit (\d)\.", doc, re.S)
+    assert said, "docs/ci-gate.md lost its 'What it prints' paragraph"
+    quoted = re.findall(r"`([^`]+)`", said.group(1))
+    text = format_report(slowed)
+    verdict: dict[tuple[bool, str], set[str]] = {}
+    for c in slowed.checks:  # each as the table prints it (a bad verdict in capitals)
+        line = text.splitlines()[3 + slowed.checks.index(c)]
+        shown = line.rsplit(f" {c.n_requests:>4}  ", 1)[1].split()[0]  # the word after the n column (a note may follow)
+        verdict.setdefault((c.cell_id == "ALL", c.metric), set()).add(shown)
+    assert verdict[(False, "speedup")] == {"info"} and "info" in quoted
+    assert verdict[(True, "speedup")] == {"REGRESSED"} and "REGRESSED" in quoted
+    assert {v for (_, metric), vs in verdict.items() if metric == "al" for v in vs} == {"pass"} and "pass" in quoted
+    tail = next(q for q in quoted if q.startswith("FAIL"))
+    assert text.splitlines()[-1] == tail, (text.splitlines()[-1], tail)
+    assert slowed.exit_code == int(said.group(2))
 
 
 def test_a_slowdown_costing_20_percent_of_speedup_fails(results, baseline):

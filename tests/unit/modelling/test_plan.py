@@ -68,3 +68,34 @@ def test_plan_refuses_impossible_inputs_in_one_line(argv, named, capsys):
     assert main(["plan", "--model-shape", "llama-3.1-8b", "--mechanisms", "ngram,eagle3", *argv]) == 2
     out = capsys.readouterr()
     assert out.out == "" and named in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_plan_from_cpu_results_models_what_was_measured_the_same_on_every_call(capsys):
+    """Before: `plan --results` modelled 1,024 context tokens where the cells measured ~88 (T_verif(1)
+    16-25 ms modelled against ~4 ms measured), and `--hardware cpu` re-measured this machine on every call
+    (0.37 then 0.04 TFLOP/s, scale 9.5 then 1.87). Now: the measured context and batch sizes, the nominal
+    CPU scaled to the measured T_verif, the same plan on every call."""
+    from pathlib import Path
+
+    from speedbench.results.load import load
+
+    baseline = Path(__file__).resolve().parents[3] / "results" / "baselines" / "ci-default"
+    ok = load([str(baseline)]).ok
+    plans = []
+    for _ in range(2):
+        assert main(["plan", "--results", str(baseline), "--hardware", "cpu", "--json"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    first, second = plans
+    assert first["hardware"] == second["hardware"] and first["calibration"] == second["calibration"]
+    assert first["best"] == second["best"]
+    assert first["calibration"]["applied"]
+    assert {b["batch"] for b in first["best"]} == set(ok.batch_size)
+    assert first["best"][0]["context"] == ok.context_tokens.median() < 200  # not 1,024
+    modelled = first["best"][0]["t_verify_base_s"] * 1e3
+    measured = float(ok.t_verify_ms_baseline.median())
+    assert 0.5 < modelled / measured < 2, (modelled, measured)
+    assert any("as measured in the results" in n for n in first["notes"])
+    assert main(["plan", "--results", str(baseline), "--hardware", "cpu", "--context", "1024", "--batch", "1,8",
+                 "--json"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert {b["batch"] for b in given["best"]} == {1, 8} and given["best"][0]["context"] == 1024

@@ -1,6 +1,5 @@
 """What a Slurm sweep asks for and records, without a cluster: the GPUs of a job (from the device
 and ``n_gpus``), ``n_gpus=0`` on a CPU, and where a cell ran (the Slurm ids of the environment)."""
-import math
 import shutil
 
 import pytest
@@ -69,12 +68,15 @@ def test_n_gpus_0_is_accepted_on_a_cpu_and_refused_on_cuda(tmp_path):
         "n_gpus=-1: must be an integer in [0, inf]"]
 
 
-def test_a_cpu_cell_records_no_gpu_and_its_rate_per_device(tmp_path):
-    # n_gpus left at its default (1): a CPU cell still records 0 GPUs; the machine is its one device
+def test_a_cpu_cell_records_n_gpus_0_and_its_rate_per_device(tmp_path):
+    """Before: a CPU run with the default n_gpus=1 recorded n_gpus 1 (and the plots said "per GPU");
+    with n_gpus=0 its per-GPU rate was NaN, so the throughput Pareto had no point. Now the cell records
+    0 GPUs whatever n_gpus says, and its per-device rate counts the CPU as one device."""
     (cell,) = [c for c in runner.run_cells(make_run(tmp_path, "cpu0", categories=("coding",), max_new_tokens=4),
                                            progress=False) if not c.derived]
     assert cell.status == "ok" and cell.device == "cpu" and cell.n_gpus == 0
     assert cell.tokens_per_s_spec > 0 and cell.tokens_per_s_per_gpu_spec == cell.tokens_per_s_spec
+    assert cell.tokens_per_s_per_gpu_baseline == cell.tokens_per_s_baseline
     assert cell.extra["measured_on"]["node"] == __import__("socket").gethostname()
 
 
