@@ -4,7 +4,7 @@
   (:func:`gpus_per_node`): GPUs only when the engine runs on them (``backend.device=cuda...``,
   or ``auto`` on a partition whose nodes list GPUs), ``n_gpus`` of them; none for
   ``backend.device=cpu``, ``n_gpus=0`` or a partition without GPUs.
-* job states on clusters without accounting: ``speedbench.slurm_states``.
+* job states on clusters without accounting: ``speedbench.launchers.slurm_states``.
 * :func:`where` is the host and the Slurm job/array ids of this process: recorded with every
   cell (``extra.measured_on``) and in ``provenance.json``.
 """

@@ -15,7 +15,7 @@ import torch
 from .. import models
 from ..drafters.faults import with_faults
 from ..drafters.registry import build_drafter, reference_options
-from ..drafters.schedule import parse as parse_schedule
+from ..engine.schedule import parse as parse_schedule
 from ..engine.build import LMBuilder
 from ..engine.clock import Clock
 from ..engine.decode import generate

@@ -51,7 +51,7 @@ class DrafterConfig:
     synthetic_al: Optional[float] = None
     synthetic_rates: list[float] = field(default_factory=list)
     # draft length per live batch size: inclusive [start, end, K] ranges, as vLLM's
-    # num_speculative_tokens_per_batch_size (drafters.schedule); K is clamped to num_speculative_tokens
+    # num_speculative_tokens_per_batch_size (engine.schedule); K is clamped to num_speculative_tokens
     schedule: list[Any] = field(default_factory=list)
 
 

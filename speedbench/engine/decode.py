@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..drafters.schedule import k_for
+from .schedule import k_for
 from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
@@ -70,7 +70,7 @@ def generate(
 ) -> BatchOutput:
     """Generate up to ``max_new_tokens`` per prompt for one static batch.
 
-    ``schedule`` (``drafters.schedule``: inclusive (start, end, K) ranges): each iteration drafts the
+    ``schedule`` (``engine.schedule``: inclusive (start, end, K) ranges): each iteration drafts the
     K of the range holding its live batch size (rows still generating), clamped to
     ``num_speculative_tokens``; K=0 is a plain decode step (recorded, with drafted=0).
 

@@ -118,7 +118,7 @@ def check_protocol(run) -> list[str]:
 def check_schedule(run) -> list[str]:
     """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
     (``drafters.registry``: each method's ``schedule``; ``backends.registry``: ``can_schedule``)."""
-    from ..drafters.schedule import parse
+    from ..engine.schedule import parse
 
     d, backend = run.drafter, run.backend.name
     raw = getattr(d, "schedule", None)

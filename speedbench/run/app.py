@@ -121,7 +121,9 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
     from ..backends.registry import schemas
     from ..config import ConfigError
     from ..config.hydra import register_configs
-    from ..launchers import SweepStopped, register_launchers
+    from hydra_plugins.speedbench_launchers import register_launchers
+
+    from ..launchers.submitit import SweepStopped
     from ..results.runlock import register_resolver
     from . import callbacks
     from .sweeps import SweepChecked, SweepRefused

@@ -10,7 +10,7 @@ import typing
 from typing import Any
 
 from ...config import DrafterConfig, ModelDrafterConfig
-from ...drafters.schedule import max_k, parse as parse_schedule
+from ...engine.schedule import max_k, parse as parse_schedule
 from ...models import local_dir
 
 from ...drafters import registry as drafters
