@@ -46,6 +46,7 @@ from typing import Any
 
 from .. import models
 from . import spec_counters, stream_steps
+from ..drafters.registry import is_baseline
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import Deadlines, StreamResult, stream_request
 
@@ -111,7 +112,7 @@ class OpenAIBackend(Backend):
         p = _server_problems(opts)
         if not opts.get("baseline_url"):
             p.append(BASELINE_URL_MISSING)
-        elif (drafter is not None and drafter.method != "none"
+        elif (drafter is not None and not is_baseline(drafter.method)
               and str(opts["baseline_url"]).rstrip("/") == str(opts.get("base_url") or "").rstrip("/")):
             p.append("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
         return p
@@ -328,7 +329,7 @@ class _OpenAISession(Session):
     def __init__(self, backend: OpenAIBackend, spec: GenerateSpec) -> None:
         super().__init__(backend, spec)
         o = backend.opts
-        self.base_url = o["base_url"] if spec.drafter.method != "none" else o["baseline_url"]
+        self.base_url = o["base_url"] if not is_baseline(spec.drafter.method) else o["baseline_url"]
         self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
         self.rng = random.Random(spec.sampling.seed)
         load = spec.load

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
+from ..drafters.registry import is_baseline
 from ..results.layout import RunFolder
 from ..config import DrafterConfig
 from .base import Backend
@@ -133,7 +134,7 @@ class VllmServeBackend(OpenAIBackend):
     def argv(self, drafter, seqs: int) -> list[str]:
         """The command line of the server for ``drafter`` (method none: the baseline)."""
         o, t = self.opts, self.target
-        spec_cfg = speculative_config(drafter) if o["vllm_flags"] or drafter.method != "none" else None
+        spec_cfg = speculative_config(drafter) if o["vllm_flags"] or not is_baseline(drafter.method) else None
         fill = {"model": self.model_dir, "draft_model": (spec_cfg or {}).get("model", ""),
                 "num_speculative_tokens": drafter.num_speculative_tokens,
                 "speculative_config": json.dumps(spec_cfg) if spec_cfg else ""}
@@ -156,7 +157,7 @@ class VllmServeBackend(OpenAIBackend):
                 if o["spec_metrics"] != "counters":
                     args += ["--per-request-spec-decode-metrics", "detailed"]
         args += [a.format(**fill) for a in o["server_args"]]
-        if drafter.method != "none":
+        if not is_baseline(drafter.method):
             args += [a.format(**fill) for a in o["spec_server_args"]]
         return args
 
@@ -165,16 +166,16 @@ class VllmServeBackend(OpenAIBackend):
         seqs = max(int(self.opts["max_num_seqs"]), int(batch_size))
         base_drafter = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
         items = [(self._key(base_drafter, seqs), "baseline", self.argv(base_drafter, seqs))]
-        if drafter.method != "none":
+        if not is_baseline(drafter.method):
             role = f"spec-{drafter.name}-d{drafter.num_speculative_tokens}".replace("/", "_")
             items.append((self._key(drafter, seqs), role, self.argv(drafter, seqs)))
         found = self._set().ensure(items)
         self.opts["baseline_url"] = found[0].url
-        self.opts["base_url"] = found[-1].url if drafter.method != "none" else found[0].url
+        self.opts["base_url"] = found[-1].url if not is_baseline(drafter.method) else found[0].url
         self._current = found
 
     def _key(self, drafter, seqs: int) -> str:
-        cfg = speculative_config(drafter) if drafter.method != "none" else None
+        cfg = speculative_config(drafter) if not is_baseline(drafter.method) else None
         return json.dumps({"spec": cfg, "argv_seqs": seqs}, sort_keys=True, default=str)
 
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:

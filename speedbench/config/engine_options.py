@@ -116,7 +116,7 @@ class SyntheticOptions:
     verify_ctx_ms: float = 0.0
     draft_ms: float = 0.2
     draft_ms_by_method: dict[str, float] = field(default_factory=dict)
-    parallel_methods: list[str] = field(default_factory=lambda: ["dflash", "medusa"])
+    parallel_methods: Optional[list[str]] = None  # None: the parallel methods of drafters.registry
     propose_prob_by_method: dict[str, float] = field(default_factory=dict)
     accept_ms: float = 0.05
     overhead_ms: float = 0.02

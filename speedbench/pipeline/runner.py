@@ -12,6 +12,7 @@ import math
 import time
 from collections import OrderedDict
 
+from ..drafters.registry import is_baseline
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..backends.registry import BACKENDS
 from ..config import DrafterConfig, RunConfig
@@ -62,7 +63,7 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 
 
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
-    faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
+    faults = run.faults if not is_baseline(drafter.method) else type(run.faults)()  # faults slow the drafter only
     return GenerateSpec(drafter, in_flight(run), run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
                         log_dir=str(RunFolder.of(run.results_dir, run.run_id).root), load=run.load)
 

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..drafters.registry import is_baseline
 from ..backends import registry as backends
 from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
@@ -71,9 +72,9 @@ def check_settings(run) -> list[str]:
     if run.n_gpus == 0 and str(run.backend.device).lower().startswith("cuda"):
         p.append(f"n_gpus=0: backend.device={run.backend.device} runs on GPUs; n_gpus counts them (>= 1)")
     _check_number(p, "drafter.num_speculative_tokens", d.num_speculative_tokens, 0, integer=True)
-    if d.method == "none" and d.num_speculative_tokens != 0:
+    if is_baseline(d.method) and d.num_speculative_tokens != 0:
         p.append("drafter.num_speculative_tokens must be 0 for drafter.method=none")
-    if d.method != "none" and d.num_speculative_tokens < 1:
+    if not is_baseline(d.method) and d.num_speculative_tokens < 1:
         p.append(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
     p += check_schedule(run)
     if hasattr(d, "prompt_lookup_min"):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..drafters.registry import is_baseline
 from .pick import ScheduleError, _ci, load_column, measurement_rows, static_mask
 
 
@@ -46,7 +47,7 @@ def check(cells: pd.DataFrame, drafter: str | None = None) -> list[Point]:
     if len(names) > 1:
         raise ScheduleError(f"schedule cells of several drafters ({', '.join(names)}): pick one with --drafter NAME")
     name = names[0]
-    static = static[(static["drafter"] == name) | (static["method"] == "none")]
+    static = static[(static["drafter"] == name) | static["method"].map(is_baseline)]
     out: list[Point] = []
     for (text, load, bucket), group in sched.groupby(["schedule", col, "context_bucket"], sort=True):
         row = group.iloc[0]
