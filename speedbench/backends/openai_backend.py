@@ -9,7 +9,7 @@ and a speculative pass in which it drafted nothing fails (``check_drafted``).
 Requests stream from ``/v1/completions`` (prompt token ids rendered with the same chat renderer
 as every other backend) or ``/v1/chat/completions`` (``endpoint: chat``; the server applies
 its chat template), with at most B requests in flight (B = ``batch_size``) and an optional
-Poisson ``request_rate``. Per request:
+Poisson ``load.request_rate``. Per request:
 
 * TTFT = first chunk with tokens - send; TPOT = (t_last - t_first) / (tokens - 1); step times =
   chunk inter-arrival times (a chunk is one engine step for vLLM);
@@ -103,8 +103,6 @@ def _server_problems(opts: dict[str, Any]) -> list[str]:
 
 class OpenAIBackend(Backend):
     name = "openai"
-
-    asynchronous = True
 
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
@@ -333,8 +331,7 @@ class _OpenAISession(Session):
         self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
         self.rng = random.Random(spec.sampling.seed)
         load = spec.load
-        # load.request_rate (a load point) wins over the older backend.options.request_rate
-        self.rate = float(load.request_rate) if load is not None and math.isfinite(load.request_rate) else float(o["request_rate"])
+        self.rate = float(load.request_rate) if load is not None else math.inf  # load.request_rate: the one setting
         self.burstiness = float(load.burstiness) if load is not None else 1.0
         self.before = self.after = None
 

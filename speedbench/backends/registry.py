@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..config import engine_options as eo
 from ..config.hydra import Schemas
+from ..config.schemas import unknown_backend
 from ..registry import Registry
 
 
@@ -76,7 +77,7 @@ def names() -> list[str]:
 
 def entry(name: str) -> BackendEntry:
     if name not in ENTRIES:
-        raise ValueError(f"backend.name={name!r} is not a known backend; known: {names()}")
+        raise ValueError(unknown_backend(name, ENTRIES))
     return ENTRIES[name]
 
 

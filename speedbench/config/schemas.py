@@ -126,6 +126,11 @@ class BackendConfig:
     options: Any = field(default_factory=dict)
 
 
+def unknown_backend(name: str, known) -> str:
+    """The one line refusing ``backend.name`` when no backend has that name."""
+    return f"backend.name={name!r} is not a known backend; known: {sorted(known)}"
+
+
 @dataclass
 class LoggerConfig:
     name: str = "none"

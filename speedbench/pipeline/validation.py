@@ -177,9 +177,10 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
 
     p: list[str] = []
     backend, d = run.backend.name, run.drafter
-    if backend not in backends.ENTRIES:
-        return [f"backend.name={backend!r} is not a known backend; known: {backends.names()}"], None
-    entry = backends.entry(backend)
+    try:
+        entry = backends.entry(backend)
+    except ValueError as exc:  # an unknown name: the registry's one line
+        return [str(exc)], None
     p += check_method(run)
     p += check_in_flight(run)
     p += backends.backend_class(backend).preflight(run.backend, run.batch_size, d)  # nothing built, no server contacted
