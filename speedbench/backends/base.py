@@ -225,7 +225,6 @@ class Backend(ABC):
 
     name: ClassVar[str] = "base"
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
-    wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
     # True: its passes compute under torch.inference_mode (a lockstep then holds it around both: the
     # two passes are greenlets on one thread, whose grad-mode state they share)
@@ -243,6 +242,13 @@ class Backend(ABC):
 
             engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
         self.target, self.engine, self.seed = target, engine, seed
+
+    @property
+    def wall_clock(self) -> bool:
+        """False: times are simulated (``BackendEntry.simulated``), so the machine's load cannot move them."""
+        from .registry import entry
+
+        return not entry(self.engine.name).simulated
 
     @property
     def asynchronous(self) -> bool:

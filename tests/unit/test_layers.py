@@ -10,7 +10,7 @@ Layers, top first (a module may import its own layer and the ones listed after `
     drafters   drafters/                                   -> engine, base
     engine     engine/                                     -> base
     base       records, metrics, results/, data/, config, registry, models, redact, console, paths, ...,
-               and drafters.registry (the method table: data; its classes are named by string)
+               and the two tables drafters.registry and backends.registry (data; their classes named by string)
 
 The walk covers speedbench/ and the Hydra plugin module (hydra_plugins/speedbench_launchers), so a circle
 through the plugin counts too.
@@ -50,6 +50,7 @@ BY_MODULE = {
     "speedbench.modelling.microbench": TOOLS,  # times GEMMs with the engine's clock and builder
     "hydra_plugins.speedbench_launchers": EDGE,  # the launcher classes Hydra instantiates
     "speedbench.drafters.registry": BASE,  # the method table: data the cost model and the report read too
+    "speedbench.backends.registry": BASE,  # the backend table: likewise (its classes are named by string)
 }
 
 # Upward imports still allowed, each with its reason (none today: add one only with a comment saying why).

@@ -38,3 +38,10 @@ def test_serving_is_the_entrys_fact_not_a_class_flag():
     for name in ("openai", "torch", "synthetic"):
         assert registry.backend_class(name).asynchronous is Backend.asynchronous  # no class repeats it
     assert registry.server_backends() == ["openai", "vllm_serve"]
+
+
+def test_simulated_times_are_the_entrys_fact():
+    from speedbench.backends.base import Backend
+
+    assert registry.simulated_backends() == ["synthetic"]
+    assert registry.backend_class("synthetic").wall_clock is Backend.wall_clock  # no class flag repeats it
