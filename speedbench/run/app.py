@@ -208,12 +208,17 @@ def _sweep_refused(exc, state: Invocation, gate) -> int:
     return 2
 
 
-def _refused_by_hydra(exc, state: Invocation, gate) -> int:
-    """Refused before the app ran: the held stderr's last Hydra line, or the exception's own."""
+def _refuse(state: Invocation, gate, line_of) -> int:
+    """Refused before the app ran: stderr back, one line (``line_of(what stderr held)``), exit 2."""
     held = gate.take()
     sys.stderr = gate.real
-    state.refusals.say(hydra_error_line(held) if held.strip() else error_line(exc))
+    state.refusals.say(line_of(held))
     return 2
+
+
+def _refused_by_hydra(exc, state: Invocation, gate) -> int:
+    """The held stderr's last Hydra line, or the exception's own."""
+    return _refuse(state, gate, lambda held: hydra_error_line(held) if held.strip() else error_line(exc))
 
 
 def _hydra_exit(exc: SystemExit, state: Invocation, gate):
@@ -221,10 +226,7 @@ def _hydra_exit(exc: SystemExit, state: Invocation, gate):
         return _FINISH if state.started else 0  # --help, --cfg, --info exit 0 before the app
     if state.started:
         return int(exc.code) if isinstance(exc.code, int) else 1
-    held = gate.take()  # Hydra printed why before exiting
-    sys.stderr = gate.real
-    state.refusals.say(hydra_error_line(held))
-    return 2
+    return _refuse(state, gate, hydra_error_line)  # Hydra printed why before exiting
 
 
 def _compose_error(exc, state: Invocation, gate):
@@ -235,12 +237,7 @@ def _compose_error(exc, state: Invocation, gate):
     cause = exc
     while cause is not None and not isinstance(cause, ConfigError):
         cause = cause.__cause__ or cause.__context__
-    if cause is None:
-        return _refused_by_hydra(exc, state, gate)
-    gate.take()
-    sys.stderr = gate.real
-    state.refusals.say(str(cause))
-    return 2
+    return _refused_by_hydra(exc, state, gate) if cause is None else _refuse(state, gate, lambda held: str(cause))
 
 
 def _other_error(exc, state: Invocation, gate):
