@@ -223,7 +223,6 @@ class Session:
 class Backend(ABC):
     """One engine with one target model loaded; immutable after construction."""
 
-    name: ClassVar[str] = "base"
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
     # True: its passes compute under torch.inference_mode (a lockstep then holds it around both: the
@@ -242,6 +241,11 @@ class Backend(ABC):
 
             engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
         self.target, self.engine, self.seed = target, engine, seed
+
+    @property
+    def name(self) -> str:
+        """Its ``backends.registry`` name (the key of its entry; no class repeats it)."""
+        return self.engine.name
 
     @property
     def wall_clock(self) -> bool:

@@ -107,7 +107,6 @@ class CandidateRecorder:
 
 class HFBackend(Backend):
     in_process = True
-    name = "hf"
     lockstep = True  # the streamer's put is an iteration boundary (StepStreamer)
     inference_passes = True
 

@@ -102,8 +102,6 @@ def _server_problems(opts: dict[str, Any]) -> list[str]:
 
 
 class OpenAIBackend(Backend):
-    name = "openai"
-
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = dataclasses.asdict(engine.options) if dataclasses.is_dataclass(engine.options) else dict(engine.options)

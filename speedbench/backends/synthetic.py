@@ -98,7 +98,6 @@ def _output_ids(seed: int, request_id: str, turn: int, n: int) -> list[int]:
 
 
 class SyntheticBackend(Backend):
-    name = "synthetic"
     no_lockstep = "simulated times: no machine drift to pair against"
 
     def __init__(self, target, engine, seed: int = 0) -> None:

@@ -29,7 +29,6 @@ class TorchBackend(Backend):
     in_process = True
     lockstep = True
     inference_passes = True
-    name = "torch"
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)

@@ -68,8 +68,6 @@ def _options(engine) -> dict[str, Any]:
 
 
 class VllmServeBackend(OpenAIBackend):
-    name = "vllm_serve"
-
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = _options(engine)

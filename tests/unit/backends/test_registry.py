@@ -37,6 +37,7 @@ def test_serving_is_the_entrys_fact_not_a_class_flag():
 
     for name in ("openai", "torch", "synthetic"):
         assert registry.backend_class(name).asynchronous is Backend.asynchronous  # no class repeats it
+        assert registry.backend_class(name).name is Backend.name  # its name is its entry's key
     assert registry.server_backends() == ["openai", "vllm_serve"]
 
 
