@@ -10,7 +10,7 @@
   partition has (set by hand) are refused before anything is submitted, naming the keys to set
   (:func:`fit_problems`).
 * job states on clusters without accounting, and a job pending for a reason waiting cannot
-  resolve: ``speedbench.slurm_states``.
+  resolve: ``speedbench.launchers.slurm_states``.
 * :func:`where` is the host and the Slurm job/array ids of this process: recorded with every
   cell (``extra.measured_on``) and in ``provenance.json``.
 """

@@ -44,3 +44,16 @@ def vllm_backend(engine_models):
     backend = make_backend("vllm", engine_models["target"], {"max_engines": 3, "profile_split": "true"})
     yield backend
     backend.close()
+
+
+@pytest.fixture(autouse=True)
+def _speedbench_loggers_enabled():
+    """An in-process `speedbench run` with `hydra/job_logging=disabled` applies a logging config that
+    disables every logger existing at that moment; a later test that reads speedbench's warnings
+    (caplog) would then see none, depending on the order the tests ran in."""
+    import logging
+
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("speedbench") and isinstance(logger, logging.Logger):
+            logger.disabled = False
+    yield

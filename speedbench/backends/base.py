@@ -8,8 +8,8 @@ as a ``TurnResult``: output token ids, timestamps and per-step counts (``StepCou
 Everything else lives above the backends, once, in ``pipeline.conversations``: multi-turn
 conversations (the engine's reply appended before the next user turn), batching, folding
 turns into ``RequestRecord``/``StepRecord`` rows, failures as data. Static-batch engines
-implement :meth:`Session.run_turns`; per-request servers set ``asynchronous = True`` and
-implement :meth:`Session.run_turn_async`.
+implement :meth:`Session.run_turns`; per-request servers (``servers=True`` in their
+``backends.registry`` entry, read as ``Backend.asynchronous``) implement :meth:`Session.run_turn_async`.
 
 Backends are registered by name with lazy imports (``backends.registry``): ``backend=torch``
 never imports vLLM.
@@ -223,10 +223,7 @@ class Session:
 class Backend(ABC):
     """One engine with one target model loaded; immutable after construction."""
 
-    name: ClassVar[str] = "base"
-    asynchronous: ClassVar[bool] = False  # True: requests run one by one, B at a time (servers)
     in_process: ClassVar[bool] = False  # True: the engine computes in this process (its CPU time is ours)
-    wall_clock: ClassVar[bool] = True  # False: times are simulated, so the machine's load cannot move them
     lockstep: ClassVar[bool] = False  # True: its loop calls Clock.begin/checkpoint (protocol.interleave=step)
     # True: its passes compute under torch.inference_mode (a lockstep then holds it around both: the
     # two passes are greenlets on one thread, whose grad-mode state they share)
@@ -244,6 +241,25 @@ class Backend(ABC):
 
             engine = replace(engine, options=typed(option_schema(engine.name), dict(engine.options or {}), "backend.options"))
         self.target, self.engine, self.seed = target, engine, seed
+
+    @property
+    def name(self) -> str:
+        """Its ``backends.registry`` name (the key of its entry; no class repeats it)."""
+        return self.engine.name
+
+    @property
+    def wall_clock(self) -> bool:
+        """False: times are simulated (``BackendEntry.simulated``), so the machine's load cannot move them."""
+        from .registry import entry
+
+        return not entry(self.engine.name).simulated
+
+    @property
+    def asynchronous(self) -> bool:
+        """True: requests run one by one, B at a time (a server backend: its ``BackendEntry.servers``)."""
+        from .registry import entry
+
+        return entry(self.engine.name).servers
 
     @classmethod
     def preflight(cls, engine: BackendConfig, batch_size: int, drafter: DrafterConfig | None = None) -> list[str]:

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from .. import models
+from ..drafters.registry import is_baseline
 from ..engine.clock import Clock, current_role
 from .base import (NAN, default_cpu_threads, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult,
                    finish_reason)
@@ -106,7 +107,6 @@ class CandidateRecorder:
 
 class HFBackend(Backend):
     in_process = True
-    name = "hf"
     lockstep = True  # the streamer's put is an iteration boundary (StepStreamer)
     inference_passes = True
 
@@ -198,7 +198,7 @@ class HFBackend(Backend):
         result.chunks = [n for _, n in puts if n > 0]
         eos = self.tokenizer.eos_token_id
         result.finish = finish_reason(output, set() if spec.ignore_eos or eos is None else {eos}, spec.max_new_tokens)
-        if spec.drafter.method == "none":
+        if is_baseline(spec.drafter.method):
             # the first put is the prefill's token; each later put is one plain decode step
             # one plain decode step is one target forward of B tokens: T_verif(B) is the step (loop included)
             result.steps = [StepCounts(0, 0, emitted=n, t_step=t - tp, t_verify=t - tp) for (tp, _), (t, n) in zip(puts, puts[1:])]
@@ -244,7 +244,7 @@ class _HFSession(Session):
         extra = {"engine": "hf-generate", "timing_split": "measured around HF's candidate generator (draft) and "
                  "from there to its strategy update (verify, acceptance included: t_accept NaN); first iteration "
                  "(with prefill) NaN; baseline T_verif(B) = the plain decode step (one forward of B tokens)",
-                 "timing_source": "hf-candidate-generator-hooks" if self.spec.drafter.method != "none"
+                 "timing_source": "hf-candidate-generator-hooks" if not is_baseline(self.spec.drafter.method)
                  else "hf-streamer-step"}
         if "tokenizer" in self.assist:
             extra["universal_assisted_generation"] = True

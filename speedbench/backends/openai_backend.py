@@ -9,7 +9,7 @@ and a speculative pass in which it drafted nothing fails (``check_drafted``).
 Requests stream from ``/v1/completions`` (prompt token ids rendered with the same chat renderer
 as every other backend) or ``/v1/chat/completions`` (``endpoint: chat``; the server applies
 its chat template), with at most B requests in flight (B = ``batch_size``) and an optional
-Poisson ``request_rate``. Per request:
+Poisson ``load.request_rate``. Per request:
 
 * TTFT = first chunk with tokens - send; TPOT = (t_last - t_first) / (tokens - 1); step times =
   chunk inter-arrival times (a chunk is one engine step for vLLM);
@@ -49,6 +49,7 @@ from typing import Any
 
 from .. import models
 from . import spec_counters, stream_steps
+from ..drafters.registry import is_baseline
 from .base import NAN, Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from .openai_stream import Deadlines, StreamResult, stream_request
 from .server_health import PROBE_S, DownServers, PassWatch, ServerDown, server_root
@@ -106,17 +107,13 @@ def _server_problems(opts: dict[str, Any]) -> list[str]:
 
 
 class OpenAIBackend(Backend):
-    name = "openai"
-
-    asynchronous = True
-
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = dataclasses.asdict(engine.options) if dataclasses.is_dataclass(engine.options) else dict(engine.options)
         p = _server_problems(opts)
         if not opts.get("baseline_url"):
             p.append(BASELINE_URL_MISSING)
-        elif (drafter is not None and drafter.method != "none"
+        elif (drafter is not None and not is_baseline(drafter.method)
               and str(opts["baseline_url"]).rstrip("/") == str(opts.get("base_url") or "").rstrip("/")):
             p.append("backend.options.baseline_url equals base_url: the baseline must be a server without speculation")
         return p
@@ -339,12 +336,11 @@ class _OpenAISession(Session):
     def __init__(self, backend: OpenAIBackend, spec: GenerateSpec) -> None:
         super().__init__(backend, spec)
         o = backend.opts
-        self.base_url = o["base_url"] if spec.drafter.method != "none" else o["baseline_url"]
+        self.base_url = o["base_url"] if not is_baseline(spec.drafter.method) else o["baseline_url"]
         self.url = self.base_url.rstrip("/") + ("/chat/completions" if o["endpoint"] == "chat" else "/completions")
         self.rng = random.Random(spec.sampling.seed)
         load = spec.load
-        # load.request_rate (a load point) wins over the older backend.options.request_rate
-        self.rate = float(load.request_rate) if load is not None and math.isfinite(load.request_rate) else float(o["request_rate"])
+        self.rate = float(load.request_rate) if load is not None else math.inf  # load.request_rate: the one setting
         self.burstiness = float(load.burstiness) if load is not None else 1.0
         self.before = self.after = None
 

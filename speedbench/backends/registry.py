@@ -1,6 +1,6 @@
 """Every backend, one entry each: its class (imported on first use, so choosing ``backend=torch``
 never imports vLLM), its options schema (``backend.options``) and its capabilities. Nothing else
-lists backend names; the validation pass asks these entries (and ``drafters.registry``) whether
+lists backend names (the table is data the readers use too: it imports only the base layer); the validation pass asks these entries (and ``drafters.registry``) whether
 an engine runs a method, with these options, before anything loads.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..config import engine_options as eo
 from ..config.hydra import Schemas
+from ..config.schemas import unknown_backend
 from ..registry import Registry
 
 
@@ -34,6 +35,7 @@ class BackendEntry:
     # requests it really has in flight at once (None: any C, batched or as concurrent streams), and why
     max_in_flight: int | None = None
     in_flight_why: str = ""
+    simulated: bool = False  # its times come from a model, not a clock (no contention check; the report warns)
 
 
 _VLLM_METHODS = "speedbench.backends.vllm.spec:speedbench_methods_or_none"
@@ -45,7 +47,7 @@ ENTRIES: dict[str, BackendEntry] = {
     "torch": BackendEntry("speedbench.backends.torch_backend:TorchBackend", eo.TorchOptions, "torch", "drafters",
                           can_schedule=True),
     "synthetic": BackendEntry("speedbench.backends.synthetic:SyntheticBackend", eo.SyntheticOptions, "synthetic",
-                              devices=("cpu",), tokenizer=False, local_models=False),
+                              devices=("cpu",), tokenizer=False, local_models=False, simulated=True),
     "vllm": BackendEntry("speedbench.backends.vllm.backend:VllmBackend", eo.VllmOptions, "vllm", _VLLM_METHODS,
                          can_schedule=True, schedule_fixed_by=_PARALLEL_FIXED, on_cpu=_VLLM_CPU,
                          stepped="speedbench.backends.vllm.settings:why_not_stepped"),
@@ -76,7 +78,7 @@ def names() -> list[str]:
 
 def entry(name: str) -> BackendEntry:
     if name not in ENTRIES:
-        raise ValueError(f"backend.name={name!r} is not a known backend; known: {names()}")
+        raise ValueError(unknown_backend(name, ENTRIES))
     return ENTRIES[name]
 
 
@@ -121,6 +123,11 @@ def on_cpu(name: str) -> bool:
     """Whether ``name``'s engine runs on CPU (asked only for a CPU-only refusal)."""
     source = entry(name).on_cpu
     return True if source is None else bool(_load(source)())
+
+
+def simulated_backends() -> list[str]:
+    """Backends whose cells hold modelled times (the report and the run's summary say so)."""
+    return sorted(n for n, e in ENTRIES.items() if e.simulated)
 
 
 def schedule_backends() -> list[str]:

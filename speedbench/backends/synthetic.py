@@ -22,7 +22,7 @@ Options (``backend.options``; every one optional):
     verify_ctx_ms: 0.0              per sequence and 1000 context tokens (attention)
     draft_ms: 0.2                   per draft token (c)
     draft_ms_by_method: {ngram: 0.01}
-    parallel_methods: [dflash]      draft all D tokens in one step of c
+    parallel_methods: [dflash]      draft all D tokens in one step of c (default: drafters.registry's parallel kind)
     propose_prob_by_method: {ngram: 0.8}   chance a step has a proposal at all
     accept_ms: 0.05, overhead_ms: 0.02, prefill_ms_per_token: 0.01
     chars_per_token: 4              prompt tokens = characters / chars_per_token
@@ -41,6 +41,7 @@ import numpy as np
 
 from .base import Backend, GenerateSpec, Session, StepCounts, TurnInput, TurnResult
 from ..config.engine_options import SyntheticOptions
+from ..drafters.registry import PARALLEL, methods_where
 
 VOCAB = 256
 
@@ -69,7 +70,8 @@ class SyntheticModel:
     @staticmethod
     def from_options(options: SyntheticOptions) -> "SyntheticModel":
         merged = dataclasses.asdict(options)
-        merged["parallel_methods"] = tuple(merged["parallel_methods"])
+        parallel = merged["parallel_methods"]
+        merged["parallel_methods"] = methods_where(lambda m: m.kind == PARALLEL) if parallel is None else tuple(parallel)
         return SyntheticModel(**merged)
 
     def acceptance(self, category: str, method: str) -> float:
@@ -96,9 +98,7 @@ def _output_ids(seed: int, request_id: str, turn: int, n: int) -> list[int]:
 
 
 class SyntheticBackend(Backend):
-    name = "synthetic"
     no_lockstep = "simulated times: no machine drift to pair against"
-    wall_clock = False
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)

@@ -13,9 +13,10 @@ from typing import Any
 import torch
 
 from .. import models
+from ..drafters.registry import is_baseline
 from ..drafters.faults import with_faults
 from ..drafters.registry import build_drafter, reference_options
-from ..drafters.schedule import parse as parse_schedule
+from ..engine.schedule import parse as parse_schedule
 from ..engine.build import LMBuilder
 from ..engine.clock import Clock
 from ..engine.decode import generate
@@ -28,7 +29,6 @@ class TorchBackend(Backend):
     in_process = True
     lockstep = True
     inference_passes = True
-    name = "torch"
 
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
@@ -56,7 +56,7 @@ class TorchBackend(Backend):
             LMBuilder(engine.impl)  # refuses an unknown impl, naming the choices
         except ValueError as exc:
             p.append(str(exc))
-        if drafter is not None and drafter.method != "none":
+        if drafter is not None and not is_baseline(drafter.method):
             try:
                 synthetic_acceptance(drafter, 0)  # a bad profile fails before anything runs
             except ValueError as exc:
@@ -150,7 +150,7 @@ def synthetic_acceptance(drafter, seed: int):
     al, rates = getattr(drafter, "synthetic_al", None), list(getattr(drafter, "synthetic_rates", None) or [])
     if al is None and not rates:
         return None
-    if drafter.method == "none":
+    if is_baseline(drafter.method):
         raise ValueError("drafter.synthetic_al/synthetic_rates need a speculative drafter (method != none)")
     from ..engine.synthetic_acceptance import SyntheticAcceptance
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import models
+from ..drafters.registry import is_baseline
 from ..results.layout import RunFolder
 from ..config import DrafterConfig
 from .base import Backend
@@ -86,8 +87,6 @@ def _options(engine) -> dict[str, Any]:
 
 
 class VllmServeBackend(OpenAIBackend):
-    name = "vllm_serve"
-
     @classmethod
     def preflight(cls, engine, batch_size: int, drafter=None) -> list[str]:
         opts = _options(engine)
@@ -154,7 +153,7 @@ class VllmServeBackend(OpenAIBackend):
     def argv(self, drafter, seqs: int) -> list[str]:
         """The command line of the server for ``drafter`` (method none: the baseline)."""
         o, t = self.opts, self.target
-        spec_cfg = speculative_config(drafter) if o["vllm_flags"] or drafter.method != "none" else None
+        spec_cfg = speculative_config(drafter) if o["vllm_flags"] or not is_baseline(drafter.method) else None
         fill = {"model": self.model_dir, "draft_model": (spec_cfg or {}).get("model", ""),
                 "num_speculative_tokens": drafter.num_speculative_tokens,
                 "speculative_config": json.dumps(spec_cfg) if spec_cfg else ""}
@@ -177,7 +176,7 @@ class VllmServeBackend(OpenAIBackend):
                 if o["spec_metrics"] != "counters":
                     args += ["--per-request-spec-decode-metrics", "detailed"]
         args += [fill_placeholders(a, fill) for a in o["server_args"]]
-        if drafter.method != "none":
+        if not is_baseline(drafter.method):
             args += [fill_placeholders(a, fill) for a in o["spec_server_args"]]
         return args
 
@@ -186,7 +185,7 @@ class VllmServeBackend(OpenAIBackend):
         seqs = max(int(self.opts["max_num_seqs"]), int(batch_size))
         base_drafter = DrafterConfig(name="none", method="none", num_speculative_tokens=0)
         items = [(self._key(base_drafter, seqs), "baseline", self.argv(base_drafter, seqs))]
-        if drafter.method != "none":
+        if not is_baseline(drafter.method):
             role = f"spec-{drafter.name}-d{drafter.num_speculative_tokens}".replace("/", "_")
             items.append((self._key(drafter, seqs), role, self.argv(drafter, seqs)))
         self._restart_down()
@@ -196,7 +195,7 @@ class VllmServeBackend(OpenAIBackend):
             if id(server) not in running:  # started now: a port a down server had is a new server's
                 self.down.forget(server_root(server.url))
         self.opts["baseline_url"] = found[0].url
-        self.opts["base_url"] = found[-1].url if drafter.method != "none" else found[0].url
+        self.opts["base_url"] = found[-1].url if not is_baseline(drafter.method) else found[0].url
         self._current = found
 
     def _restart_down(self) -> None:
@@ -208,7 +207,7 @@ class VllmServeBackend(OpenAIBackend):
                 self.down.forget(server_root(server.url))  # that URL is gone; its port may serve a new server
 
     def _key(self, drafter, seqs: int) -> str:
-        cfg = speculative_config(drafter) if drafter.method != "none" else None
+        cfg = speculative_config(drafter) if not is_baseline(drafter.method) else None
         return json.dumps({"spec": cfg, "argv_seqs": seqs}, sort_keys=True, default=str)
 
     def extra(self, spec, records, steps, before, after) -> dict[str, Any]:

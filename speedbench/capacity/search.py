@@ -25,6 +25,7 @@ from statistics import NormalDist
 
 import pandas as pd
 
+from ..drafters.registry import is_baseline
 from ..metrics.latency import meets_slo, slo_set
 from ..records import RequestRecord, from_row
 from ..results.layout import RunFolder
@@ -171,7 +172,7 @@ def search(data, given: dict | None = None, target: float = DEFAULT_ATTAINMENT, 
     cells = data.ok
     if cells.empty or "concurrency" not in cells:
         raise CapacityError("no measured load points in these results (run with load.request_rate or load.concurrency)")
-    cells = cells[cells["drafter"] != "none"]
+    cells = cells[~cells["method"].map(is_baseline)] if "method" in cells else cells[cells["drafter"] != "none"]
     if drafter is not None:
         cells = cells[cells["drafter"] == drafter]
     rated = cells[cells["request_rate"].map(lambda r: math.isfinite(float(r)))]

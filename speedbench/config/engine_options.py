@@ -4,7 +4,6 @@ backend each belongs to.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -63,6 +62,16 @@ class VllmOptions:
         return int(a.get("tensor_parallel_size", 1) or 1) * int(a.get("pipeline_parallel_size", 1) or 1)
 
 
+# backend.options keys that moved, and where to: refused with one line naming the new key (exit 2)
+RETIRED_OPTIONS = {"request_rate": "load.request_rate"}
+
+
+def retired_options(options: dict) -> list[str]:
+    """One line for each retired key set in ``backend.options``."""
+    return [f"backend.options.{key}={options[key]!r}: retired; set {new}={options[key]!r} instead"
+            for key, new in RETIRED_OPTIONS.items() if options.get(key) is not None]
+
+
 @dataclass
 class OpenAIOptions:
     base_url: Optional[str] = None  # the speculative server, e.g. http://127.0.0.1:8000/v1
@@ -70,7 +79,7 @@ class OpenAIOptions:
     model: Optional[str] = None  # the served model name (default: the server's first /models entry)
     api_key_env: Optional[str] = None  # name of the environment variable holding the API key
     endpoint: str = "completions"  # completions | chat
-    request_rate: float = math.inf  # Poisson arrivals per second; inf = all at once (B in flight)
+    request_rate: Optional[float] = None  # retired (RETIRED_OPTIONS): the request rate is load.request_rate
     timeout_s: float = 600.0  # bounds each read
     connect_timeout_s: float = 30.0
     first_token_timeout_s: Optional[float] = None  # default: timeout_s
@@ -116,7 +125,7 @@ class SyntheticOptions:
     verify_ctx_ms: float = 0.0
     draft_ms: float = 0.2
     draft_ms_by_method: dict[str, float] = field(default_factory=dict)
-    parallel_methods: list[str] = field(default_factory=lambda: ["dflash", "medusa"])
+    parallel_methods: Optional[list[str]] = None  # None: the parallel methods of drafters.registry
     propose_prob_by_method: dict[str, float] = field(default_factory=dict)
     accept_ms: float = 0.05
     overhead_ms: float = 0.02

@@ -10,8 +10,9 @@ from typing import Callable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from .schemas import (BackendConfig, DatasetConfig, DrafterConfig, LoggerConfig, ModelConfig, RunConfig, SamplingConfig,
-                      SweepConfig)
+from .engine_options import retired_options
+from .schemas import (BackendConfig, DatasetConfig, DrafterConfig, LoggerConfig, ModelConfig, RunConfig,
+                      SamplingConfig, SweepConfig, unknown_backend)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,10 @@ def to_run_config(cfg: DictConfig, schemas: Schemas) -> RunConfig:
     run.backend = typed(BackendConfig, backend, "backend")
     name = run.backend.name
     if name not in schemas.options:
-        raise ValueError(f"backend.name={name!r} is not a known backend; known: {sorted(schemas.options)}")
+        raise ValueError(unknown_backend(name, schemas.options))
+    retired = retired_options(options)
+    if retired:
+        raise ValueError(retired[0])
     run.backend.options = typed(schemas.options[name], options, "backend.options")
     return run
 

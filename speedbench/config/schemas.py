@@ -51,7 +51,7 @@ class DrafterConfig:
     synthetic_al: Optional[float] = None
     synthetic_rates: list[float] = field(default_factory=list)
     # draft length per live batch size: inclusive [start, end, K] ranges, as vLLM's
-    # num_speculative_tokens_per_batch_size (drafters.schedule); K is clamped to num_speculative_tokens
+    # num_speculative_tokens_per_batch_size (engine.schedule); K is clamped to num_speculative_tokens
     schedule: list[Any] = field(default_factory=list)
 
 
@@ -124,6 +124,11 @@ class BackendConfig:
     impl: str = "auto"  # torch backend: auto (lean when supported) | lean | hf
     num_threads: Optional[int] = None  # torch CPU threads for the in-process engines (torch, hf; vllm with options.lockstep on a CPU)
     options: Any = field(default_factory=dict)
+
+
+def unknown_backend(name: str, known) -> str:
+    """The one line refusing ``backend.name`` when no backend has that name."""
+    return f"backend.name={name!r} is not a known backend; known: {sorted(known)}"
 
 
 @dataclass

@@ -1,6 +1,12 @@
 """Every drafter method, one entry each: its config schema, whether it needs a model, the
 reference engine's class and fields, the name each engine knows it by, which engines run it,
-where it can vary K, and what each engine build refuses and why.
+where it can vary K, what each engine build refuses and why, its mechanism kind (serial,
+parallel or model-free: whether its draft cost grows with D), the cost model's draft formula,
+and whether the planner models it by default. :func:`is_baseline` is the one test for the
+plain-decoding baseline.
+
+The table is data every layer reads (the cost model and the report too): this module imports only
+the base layer, and the reference engine's classes are named by string (lazy imports).
 
 Nothing else lists method names. A method an engine build accepts that has no entry here
 (vLLM's many ``*_mtp`` methods) drafts with weights of its own and is run by that build alone
@@ -26,6 +32,10 @@ class Refusal:
     unless_module: str | None = None  # runs once this Python module is importable
 
 
+BASELINE = "none"  # the plain-decoding method: it proposes nothing
+MODEL_FREE, SERIAL, PARALLEL = "model-free", "serial", "parallel"  # mechanism kinds
+
+
 @dataclass(frozen=True)
 class DrafterMethod:
     schema: type[DrafterConfig] = ModelDrafterConfig
@@ -38,9 +48,18 @@ class DrafterMethod:
     schedule: frozenset[str] = frozenset()  # builds on which it can vary K (``drafter.schedule``)
     fixed_k_why: str = "it drafts a fixed K"  # why a build not in ``schedule`` cannot vary K
     refusals: dict[str, Refusal] = field(default_factory=dict)  # build -> what that build refuses and why
+    kind: str = SERIAL  # SERIAL: one draft forward per token; PARALLEL: one forward for all D; MODEL_FREE: a lookup
+    # the model that drafts in modelling.costmodel (a key of its DRAFTING_MODEL); None: the cost model leaves it out
+    cost: str | None = None
+    planned: bool = False  # in modelling.plan's default mechanisms
 
     def runs_on(self, build: str) -> bool:
         return (self.reference is not None) if build == "torch" else build in self.engines
+
+    @property
+    def draft_cost_grows_with_d(self) -> bool:
+        """Whether drafting D tokens costs D drafting steps (not one parallel pass)."""
+        return self.kind != PARALLEL
 
 
 _ANY_K = frozenset({"torch", "vllm"})
@@ -48,38 +67,45 @@ _PARALLEL_K = "vLLM's parallel drafting sizes its buffer from num_speculative_to
 
 METHODS: dict[str, DrafterMethod] = {
     "none": DrafterMethod(DrafterConfig, reference="speedbench.drafters.none:NoDrafter",
-                          engines=frozenset({"hf", "vllm"}), schedule=frozenset({"torch"})),
+                          engines=frozenset({"hf", "vllm"}), schedule=frozenset({"torch"}), kind=MODEL_FREE,
+                          cost="free"),
     "ngram": DrafterMethod(NgramDrafterConfig, reference="speedbench.drafters.ngram:NgramDrafter",
                            reference_fields=("prompt_lookup_min", "prompt_lookup_max"),
-                           engines=frozenset({"hf", "vllm"}), schedule=_ANY_K),
-    "ngram_gpu": DrafterMethod(NgramDrafterConfig, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
+                           engines=frozenset({"hf", "vllm"}), schedule=_ANY_K, kind=MODEL_FREE, cost="free", planned=True),
+    "ngram_gpu": DrafterMethod(NgramDrafterConfig, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}),
+                               kind=MODEL_FREE),
     "suffix": DrafterMethod(DrafterConfig, engines=frozenset({"vllm"}), fixed_k_why="suffix decoding asserts a fixed K",
                             refusals={"vllm": Refusal(
                                 "vLLM's suffix decoding needs the arctic-inference package, which is not installed "
                                 "(published as a source distribution only; see the README)",
-                                unless_module="arctic_inference")}),
+                                unless_module="arctic_inference")}, kind=MODEL_FREE),
     "layer_skip": DrafterMethod(LayerSkipDrafterConfig, reference="speedbench.drafters.draft_model:LayerSkipDrafter",
-                                reference_fields=("num_layers",), schedule=frozenset({"torch"})),
+                                reference_fields=("num_layers",), schedule=frozenset({"torch"}), cost="target_layers",
+                                planned=True),
     "draft_model": DrafterMethod(needs_model=True, reference="speedbench.drafters.draft_model:DraftModelDrafter",
                                  reference_fields=("model",), engines=frozenset({"hf", "vllm"}),
-                                 same_vocab=frozenset({"torch", "vllm"}), schedule=_ANY_K),
+                                 same_vocab=frozenset({"torch", "vllm"}), schedule=_ANY_K, cost="own_model"),
     "pard": DrafterMethod(needs_model=True, reference="speedbench.drafters.pard:PardDrafter", reference_fields=("model",),
                           engines=frozenset({"vllm"}), same_vocab=frozenset({"torch", "vllm"}),
                           # vLLM: a draft model with parallel drafting (mask token id: ``pard_token`` in its config.json)
                           engine_names={"vllm": ("draft_model", {"parallel_drafting": True})},
-                          schedule=frozenset({"torch"}), fixed_k_why=_PARALLEL_K),
+                          schedule=frozenset({"torch"}), fixed_k_why=_PARALLEL_K, kind=PARALLEL,
+                          cost="own_model"),
     "eagle3": DrafterMethod(needs_model=True, reference="speedbench.drafters.eagle3:Eagle3Drafter",
-                            reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"})),
-    "eagle": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
-    "dflash": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"})),
-    "medusa": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), fixed_k_why="medusa asserts a fixed K"),
-    "mtp": DrafterMethod(engines=frozenset({"vllm"})),  # the target's own heads unless drafter.model is set
+                            reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
+                            cost="head", planned=True),
+    "eagle": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), cost="head"),
+    "dflash": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), kind=PARALLEL,
+                            cost="head", planned=True),
+    "medusa": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), fixed_k_why="medusa asserts a fixed K",
+                            kind=PARALLEL, cost="head"),
+    "mtp": DrafterMethod(engines=frozenset({"vllm"}), cost="target_head"),  # the target's own heads unless drafter.model is set
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
         "start-up)")}),
     "dspark": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "vLLM's CPU build runs only the V1 model runner, which does not support dspark ('Model Runner V1 does not "
-        "support: dspark speculative decoding')", cpu_only=True)}),
+        "support: dspark speculative decoding')", cpu_only=True)}, kind=PARALLEL, cost="head"),
 }
 UNLISTED = DrafterMethod(engines=frozenset({"vllm"}))  # a method only an engine build knows (weights of its own)
 
@@ -89,6 +115,16 @@ SCHEMA_NAMES = {DrafterConfig: "plain", NgramDrafterConfig: "ngram", ModelDrafte
 
 def method(name: str) -> DrafterMethod:
     return METHODS.get(name, UNLISTED)
+
+
+def is_baseline(name: str) -> bool:
+    """Whether drafter method ``name`` is plain decoding (the baseline pass of every pair)."""
+    return name == BASELINE
+
+
+def methods_where(test) -> tuple[str, ...]:
+    """The listed methods whose entry passes ``test`` (in table order)."""
+    return tuple(n for n, m in METHODS.items() if test(m))
 
 
 def drafter_schema(name: str) -> type[DrafterConfig]:

@@ -18,13 +18,12 @@ import math
 from dataclasses import dataclass, replace
 
 from .. import metrics
+from ..drafters.registry import method as drafter_method, methods_where
 from .hardware import Hardware
 from .shapes import ModelShape
 
-SEQUENTIAL = ("draft_model", "layer_skip", "eagle", "eagle3", "mtp")
-PARALLEL = ("dflash", "dspark", "medusa", "pard")
-NEEDS_SHAPE = ("draft_model", "pard")  # a draft model of its own: its shape comes from --draft-config
-MECHANISMS = ("none", "ngram") + SEQUENTIAL + PARALLEL
+MECHANISMS = methods_where(lambda m: m.cost is not None)  # the methods the cost model models (drafters.registry)
+NEEDS_SHAPE = methods_where(lambda m: m.cost == "own_model")  # a draft model of its own: shape from --draft-config
 
 
 @dataclass(frozen=True)
@@ -159,20 +158,23 @@ def draft_time(spec: DraftSpec, target: ModelShape, hw: Hardware, batch: int, de
     dflash/dspark/medusa: one parallel pass of one layer over B*D tokens; pard: one pass of the
     draft model over B*D tokens (the newest token and D-1 masks per sequence).
     """
-    m = spec.mechanism
-    if depth == 0 or m in ("none", "ngram"):
+    row = drafter_method(spec.mechanism)
+    drafter = DRAFTING_MODEL[row.cost](spec, target)
+    if depth == 0 or drafter is None:
         return 0.0
-    if m == "draft_model":
-        return depth * verify_cost(spec.shape, hw, batch, 0, context, p).total_s
-    if m == "pard":
-        return verify_cost(spec.shape, hw, batch, depth - 1, context, p).total_s
-    if m == "layer_skip":
-        return depth * verify_cost(target.with_layers(spec.layers), hw, batch, 0, context, p).total_s
-    if m in ("eagle", "eagle3", "mtp"):
-        head = target.with_layers(1, dense=m != "mtp")
-        return depth * verify_cost(head, hw, batch, 0, context, p).total_s
-    head = target.with_layers(1, dense=True)
-    return verify_cost(head, hw, batch, depth - 1, context, p).total_s
+    if row.draft_cost_grows_with_d:  # serial: D steps of one token per sequence
+        return depth * verify_cost(drafter, hw, batch, 0, context, p).total_s
+    return verify_cost(drafter, hw, batch, depth - 1, context, p).total_s  # parallel: one pass over D tokens
+
+
+# A method's ``cost`` (drafters.registry) -> the model whose forward drafts (None: a host-side lookup, free).
+DRAFTING_MODEL = {
+    "free": lambda spec, target: None,
+    "own_model": lambda spec, target: spec.shape,
+    "target_layers": lambda spec, target: target.with_layers(spec.layers),
+    "head": lambda spec, target: target.with_layers(1, dense=True),
+    "target_head": lambda spec, target: target.with_layers(1, dense=False),  # MTP: the target's own layer
+}
 
 
 def al_geometric(alpha: float, depth: int) -> float:

@@ -15,11 +15,12 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
+from ..drafters.registry import is_baseline, methods_where
 from . import costmodel as cm
 from .hardware import Hardware
 from .shapes import ModelShape
 
-DEFAULT_MECHANISMS = ("ngram", "eagle3", "layer_skip", "dflash")
+DEFAULT_MECHANISMS = methods_where(lambda m: m.planned)  # drafters.registry's ``planned`` rows
 TIE = 0.01  # relative speedup within which the smaller D is preferred
 DEFAULT_BATCH = "1,8,64"
 DEFAULT_CONTEXT = 1024.0
@@ -290,7 +291,7 @@ def main(args: argparse.Namespace) -> int:
     if args.mechanisms:
         mechs = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
     elif data is not None and not data.ok.empty:
-        mechs = tuple(sorted(set(data.ok["method"]) - {"none"}))
+        mechs = tuple(sorted(m for m in set(data.ok["method"]) if not is_baseline(m)))
     else:
         mechs = DEFAULT_MECHANISMS + (("draft_model",) if args.draft_config else ())
     draft_shape = load_shape(args.draft_config, args.dtype) if args.draft_config else None

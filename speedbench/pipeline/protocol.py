@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .. import metrics
+from ..drafters.registry import is_baseline
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..config import ProtocolConfig
 from ..engine.clock import Lockstep
@@ -208,6 +209,6 @@ def measure(backend: Backend, requests: list[Request], specs: dict[str, Generate
         break
     elapsed = time.perf_counter() - t0
     contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
-    drafting = specs["spec"].drafter.method != "none"
+    drafting = not is_baseline(specs["spec"].drafter.method)
     return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting, reason,  # the loop's last merge
                     len(parts))

@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from collections import OrderedDict
 
+from ..drafters.registry import is_baseline
 from ..backends.base import Backend, GenerateOutput, GenerateSpec
 from ..backends.registry import BACKENDS
 from ..console import error_line
@@ -64,7 +65,7 @@ def group_requests(requests: list[Request], per_category: bool) -> "OrderedDict[
 
 
 def generate_spec(run: RunConfig, drafter: DrafterConfig, role: str, progress=None) -> GenerateSpec:
-    faults = run.faults if drafter.method != "none" else type(run.faults)()  # faults slow the drafter only
+    faults = run.faults if not is_baseline(drafter.method) else type(run.faults)()  # faults slow the drafter only
     return GenerateSpec(drafter, in_flight(run), run.sampling, run.max_new_tokens, run.ignore_eos, role, progress, faults,
                         log_dir=str(RunFolder.of(run.results_dir, run.run_id).root), load=run.load)
 

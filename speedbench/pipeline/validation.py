@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..drafters.registry import is_baseline
 from ..backends import registry as backends
 from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
@@ -71,9 +72,9 @@ def check_settings(run) -> list[str]:
     if run.n_gpus == 0 and str(run.backend.device).lower().startswith("cuda"):
         p.append(f"n_gpus=0: backend.device={run.backend.device} runs on GPUs; n_gpus counts them (>= 1)")
     _check_number(p, "drafter.num_speculative_tokens", d.num_speculative_tokens, 0, integer=True)
-    if d.method == "none" and d.num_speculative_tokens != 0:
+    if is_baseline(d.method) and d.num_speculative_tokens != 0:
         p.append("drafter.num_speculative_tokens must be 0 for drafter.method=none")
-    if d.method != "none" and d.num_speculative_tokens < 1:
+    if not is_baseline(d.method) and d.num_speculative_tokens < 1:
         p.append(f"drafter.num_speculative_tokens must be >= 1 for method {d.method!r}")
     p += check_schedule(run)
     if hasattr(d, "prompt_lookup_min"):
@@ -118,7 +119,7 @@ def check_protocol(run) -> list[str]:
 def check_schedule(run) -> list[str]:
     """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
     (``drafters.registry``: each method's ``schedule``; ``backends.registry``: ``can_schedule``)."""
-    from ..drafters.schedule import parse
+    from ..engine.schedule import parse
 
     d, backend = run.drafter, run.backend.name
     raw = getattr(d, "schedule", None)
@@ -176,9 +177,10 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
 
     p: list[str] = []
     backend, d = run.backend.name, run.drafter
-    if backend not in backends.ENTRIES:
-        return [f"backend.name={backend!r} is not a known backend; known: {backends.names()}"], None
-    entry = backends.entry(backend)
+    try:
+        entry = backends.entry(backend)
+    except ValueError as exc:  # an unknown name: the registry's one line
+        return [str(exc)], None
     p += check_method(run)
     p += check_in_flight(run)
     p += backends.backend_class(backend).preflight(run.backend, run.batch_size, d)  # nothing built, no server contacted

@@ -24,6 +24,7 @@ from typing import Any, Union
 import pandas as pd
 
 from .. import metrics
+from ..drafters.registry import is_baseline
 
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
 SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos", "schedule")
@@ -98,7 +99,7 @@ def load_cols(cells: pd.DataFrame) -> list[str]:
 
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
-    return ok[(ok[D] > 0) & (ok["method"] != "none")] if not ok.empty else ok
+    return ok[(ok[D] > 0) & ~ok["method"].map(is_baseline)] if not ok.empty else ok
 
 
 def stable_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -6,6 +6,7 @@ import math
 import pandas as pd
 
 from .. import metrics
+from ..backends.registry import simulated_backends
 from .common import (B, D, DERIVED, MEASURED, MECH, Section, best_by, config_speedups, finite, per_config, same_setup,
                      setup_cols, spec_cells, stable_cells)
 from . import nodes
@@ -51,7 +52,8 @@ def build(data: ReportData) -> Section:
         + (f", {len(data.overall)} derived overall (category=all) rows" if len(data.overall) else "") + "; "
         f"backends: {', '.join(data.backends) or 'n/a'}; devices: {', '.join(data.device_names) or 'n/a'}."
     )
-    if "synthetic" in data.backends:
+    simulated = sorted(set(simulated_backends()) & set(data.backends))
+    if simulated:
         sec.text(
             "**Synthetic backend.** Cells from `backend=synthetic` come from a seeded model of acceptance and "
             "step time, not from an engine: their 'measured' numbers are simulated. Use them to check the "
@@ -90,7 +92,7 @@ def build(data: ReportData) -> Section:
         {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup (geo. mean)": MEASURED, "95% interval": MEASURED, "predicted speedup": DERIVED,
          "predicted / measured": DERIVED, "greedy match": MEASURED},
     )
-    picks = recommend(spec, conf, "synthetic" in data.backends)
+    picks = recommend(spec, conf, bool(simulated))
     sec.values["recommendation"] = picks.to_dict("records")
     sec.values["configs"] = conf.to_dict("records")
     sec.text("### What to pick\n\nBest configuration per batch size (and load point) by **measured** speedup (the "

@@ -116,17 +116,13 @@ def _job(cfg, state: Invocation) -> None:
 def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
     """Run the Hydra app; (exit code, whether the end-of-run summary was written)."""
     import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra_plugins.speedbench_launchers import register_launchers
 
     from .. import redact
     from ..backends.registry import schemas
-    from ..config import ConfigError
     from ..config.hydra import register_configs
-    from ..launchers import SweepStopped, register_launchers
     from ..results.runlock import register_resolver
     from . import callbacks
-    from .sweeps import SweepChecked, SweepRefused
 
     config_dir = conf_dir()  # conf/ of a checkout, speedbench/conf of an installed wheel
     if not config_dir.is_dir():
@@ -144,52 +140,15 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
     sys.argv = ["speedbench run", *argv]
     gate = hold_stderr()
     full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what went wrong; the branches below make it one line
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what went wrong; _outcomes() makes it one line
     try:
         app()
-    except SweepChecked as exc:  # --check -m: every job passed, none was launched
-        sys.stderr = gate.real
-        print(f"speedbench run --check: ok ({exc.n_jobs} jobs; nothing loaded, nothing written)")
-        return 0, False
-    except SweepStopped as exc:  # SIGTERM/SIGINT to a submitit sweep: every job it launched was cancelled
-        sys.stderr = gate.real
-        print(f"speedbench run: {exc}", file=sys.stderr)
-        return 128 + exc.signum, False
-    except SweepRefused as exc:  # a job of the sweep failed the checks before any job started
-        sys.stderr = gate.real
-        state.refusals.say(str(exc.error))
-        return 2, False
-    except SystemExit as exc:  # Hydra reports a bad override or option itself, then exits
-        if exc.code not in (0, None):
-            if not state.started:
-                held = gate.take()
-                sys.stderr = gate.real
-                state.refusals.say(hydra_error_line(held))
-                return 2, False
-            return (int(exc.code) if isinstance(exc.code, int) else 1), False
-        if not state.started:
-            return 0, False  # --help, --cfg, --info
-    except (OmegaConfBaseException, HydraException) as exc:  # compose errors raised as such (HYDRA_FULL_ERROR=1), sb_run_dir
-        if state.started:
+    except BaseException as exc:  # noqa: BLE001 - each kind has its row in _outcomes(); the rest is raised
+        code = _exit_code(exc, state, gate)
+        if code is _RAISE:
             raise
-        held = gate.take()
-        sys.stderr = gate.real
-        cause = exc
-        while cause is not None and not isinstance(cause, ConfigError):
-            cause = cause.__cause__ or cause.__context__
-        state.refusals.say(str(cause) if cause is not None else (hydra_error_line(held) if held.strip() else error_line(exc)))
-        return 2, False
-    except Exception as exc:  # noqa: BLE001 - Hydra refuses a combination of its flags by raising
-        if state.started:
-            raise
-        if (unfinished := unfinished_job(exc)) is not None:  # a launched job ended without a result: not bad input
-            sys.stderr = gate.real
-            print(f"speedbench run: {unfinished}", file=sys.stderr)
-            return 1, False
-        held = gate.take()
-        sys.stderr = gate.real
-        state.refusals.say(error_line(exc) if not held.strip() else hydra_error_line(held))
-        return 2, False
+        if code is not _FINISH:
+            return code, False
     finally:
         from ..pipeline.runner import close_backends
 
@@ -201,6 +160,96 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return _finish(state, callbacks.take_verdict())
+
+
+_RAISE, _FINISH = object(), object()  # not ours to turn into a code; Hydra's normal exit (go on to the summary)
+
+
+def _exit_code(exc: BaseException, state: Invocation, gate):
+    """What ``app()`` raised as an exit code (the first row of :func:`_outcomes` that matches), after
+    saying why in one line; ``_RAISE`` when no row takes it, ``_FINISH`` when the run ended normally."""
+    for kinds, outcome in _outcomes():
+        if isinstance(exc, kinds):
+            return outcome(exc, state, gate)
+    return _RAISE
+
+
+def _outcomes():
+    """(exception kinds, outcome) rows, first match wins: the exception-to-exit-code table of a run."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ..launchers.submitit import SweepStopped
+    from .sweeps import SweepChecked, SweepRefused
+
+    return (
+        (SweepChecked, _checked),  # --check -m: every job passed, none was launched
+        (SweepStopped, _stopped),  # SIGTERM/SIGINT to a submitit sweep: every job it launched was cancelled
+        (SweepRefused, _sweep_refused),  # a job of the sweep failed the checks before any job started
+        (SystemExit, _hydra_exit),  # Hydra reports a bad override or option itself, then exits
+        ((OmegaConfBaseException, HydraException), _compose_error),  # raised as such (HYDRA_FULL_ERROR=1), sb_run_dir
+        (Exception, _other_error),  # Hydra refuses a combination of its flags by raising
+    )
+
+
+def _checked(exc, state: Invocation, gate) -> int:
+    sys.stderr = gate.real
+    print(f"speedbench run --check: ok ({exc.n_jobs} jobs; nothing loaded, nothing written)")
+    return 0
+
+
+def _stopped(exc, state: Invocation, gate) -> int:
+    sys.stderr = gate.real
+    print(f"speedbench run: {exc}", file=sys.stderr)
+    return 128 + exc.signum
+
+
+def _sweep_refused(exc, state: Invocation, gate) -> int:
+    sys.stderr = gate.real
+    state.refusals.say(str(exc.error))
+    return 2
+
+
+def _refuse(state: Invocation, gate, line_of) -> int:
+    """Refused before the app ran: stderr back, one line (``line_of(what stderr held)``), exit 2."""
+    held = gate.take()
+    sys.stderr = gate.real
+    state.refusals.say(line_of(held))
+    return 2
+
+
+def _refused_by_hydra(exc, state: Invocation, gate) -> int:
+    """The held stderr's last Hydra line, or the exception's own."""
+    return _refuse(state, gate, lambda held: hydra_error_line(held) if held.strip() else error_line(exc))
+
+
+def _hydra_exit(exc: SystemExit, state: Invocation, gate):
+    if exc.code in (0, None):
+        return _FINISH if state.started else 0  # --help, --cfg, --info exit 0 before the app
+    if state.started:
+        return int(exc.code) if isinstance(exc.code, int) else 1
+    return _refuse(state, gate, hydra_error_line)  # Hydra printed why before exiting
+
+
+def _compose_error(exc, state: Invocation, gate):
+    from ..config import ConfigError
+
+    if state.started:
+        return _RAISE
+    cause = exc
+    while cause is not None and not isinstance(cause, ConfigError):
+        cause = cause.__cause__ or cause.__context__
+    return _refused_by_hydra(exc, state, gate) if cause is None else _refuse(state, gate, lambda held: str(cause))
+
+
+def _other_error(exc, state: Invocation, gate):
+    if state.started:
+        return _RAISE
+    if (unfinished := unfinished_job(exc)) is not None:  # a launched job ended without a result: not bad input
+        sys.stderr = gate.real
+        print(f"speedbench run: {unfinished}", file=sys.stderr)
+        return 1
+    return _refused_by_hydra(exc, state, gate)
 
 
 def _finish(state: Invocation, sweep: verdicts.Verdict | None) -> tuple[int, bool]:

@@ -11,7 +11,7 @@
   with the launcher), so ``${now:...}`` gives every job the same ``run_id`` and all jobs
   write into one results folder, even when they start minutes later on other machines.
   On Slurm it makes submitit read job states from ``squeue`` when ``sacct`` is off
-  (``speedbench.slurm_states``).
+  (``speedbench.launchers.slurm_states``).
 * ``on_multirun_end`` applies ``sweep.allowed_failure_frac`` to the whole sweep, reading
   the cells all jobs wrote; ``speedbench run`` turns the verdict into its exit code.
 """
@@ -73,7 +73,7 @@ class SweepGate(Callback):
         if STATE.check_only:
             raise SweepChecked(len(jobs))
         if slurm:
-            from ..slurm_states import install_watcher
+            from ..launchers.slurm_states import install_watcher
 
             install_watcher()  # job states from squeue where sacct is off (one line, not one per poll)
         release_stderr()  # composition succeeded: the launcher's messages may pass

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..backends.registry import simulated_backends
 from ..results.layout import LATEST, RunFolder
 from ..results.store import ResultsStore, atomic_write_text
 
@@ -48,7 +49,7 @@ def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
         "verdict": verdict,
         "n_cells": len(records),
         "n_failed": sum(r.get("status") != "ok" for r in records),
-        "synthetic": any(r.get("backend") == "synthetic" for r in records),
+        "synthetic": any(r.get("backend") in simulated_backends() for r in records),
         "cells": records,
     }
 

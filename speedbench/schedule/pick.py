@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import evidence
+from ..drafters.registry import is_baseline
 
 DEFAULT_CAP = 4096  # the last range's end: past any max_num_seqs a deployment sets
 LOAD_COLUMNS = ("concurrency", "batch_size")
@@ -153,7 +154,7 @@ def measurement_rows(data) -> pd.DataFrame:
 
 
 def pick_drafter(cells: pd.DataFrame, drafter: str | None) -> str:
-    names = sorted(set(cells.loc[(cells["method"] != "none") & (cells["num_speculative_tokens"] > 0), "drafter"]))
+    names = sorted(set(cells.loc[~cells["method"].map(is_baseline) & (cells["num_speculative_tokens"] > 0), "drafter"]))
     if drafter is not None:
         if drafter not in names:
             raise ScheduleError(f"--drafter {drafter!r}: not in the results (drafters: {', '.join(names) or 'none'})")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .. import evidence
+from ..drafters.registry import is_baseline
 from .pick import ScheduleError, load_column, load_of, measurement_rows, static_mask
 
 
@@ -51,7 +52,7 @@ def check(cells: pd.DataFrame, drafter: str | None = None) -> list[Point]:
     name = names[0]
     col = load_column(sched)
     static = cells[static_mask(cells)]
-    static = static[(static["drafter"] == name) | (static["method"] == "none")]
+    static = static[(static["drafter"] == name) | static["method"].map(is_baseline)]
     sched = sched.assign(**{col: load_of(sched, col)})
     static = static.assign(**{col: load_of(static, col)})
     out: list[Point] = []

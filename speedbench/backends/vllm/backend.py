@@ -31,8 +31,6 @@ from .split import BaselineSplits
 
 
 class VllmBackend(Backend):
-    name = "vllm"
-
     def __init__(self, target, engine, seed: int = 0) -> None:
         super().__init__(target, engine, seed)
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...drafters.registry import is_baseline
 from ..base import GenerateSpec, Session, TurnInput, TurnResult, TurnStepper
 from .outputs import describe, put_counters_on_first, turn_result
 from .spec import speculative_config, vllm_version
@@ -30,7 +31,7 @@ class VllmSession(Session):
         super().__init__(backend, spec)
         self.eng = backend.engines.get(spec.drafter, backend.engine_seqs(spec.batch_size), spec.log_dir)
         self.params = sampling_params(spec)
-        self.speculative = spec.drafter.method != "none"
+        self.speculative = not is_baseline(spec.drafter.method)
         self.total = None
         self.sources: set[str] = set()
         self.first_prompts: list[list[int]] = []  # the profiled pass replays up to B first turns

@@ -9,8 +9,9 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+from ...drafters.registry import is_baseline
 from ...config import DrafterConfig, ModelDrafterConfig
-from ...drafters.schedule import max_k, parse as parse_schedule
+from ...engine.schedule import max_k, parse as parse_schedule
 from ...models import local_dir
 
 from ...drafters import registry as drafters
@@ -69,7 +70,7 @@ def on_cpu() -> bool:
 
 def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for ``drafter``; None for the baseline (method none)."""
-    if drafter.method == "none":
+    if is_baseline(drafter.method):
         return None
     method, keys = drafters.engine_name(drafter.method, "vllm")
     cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": drafter.num_speculative_tokens, **keys}
@@ -106,7 +107,7 @@ def synthetic_problems(drafter: DrafterConfig, on_cpu) -> list[str]:
     ``on_cpu``: a bool, or a callable asked only for a synthetic drafter."""
     synthetic = (getattr(drafter, "synthetic_al", None) is not None or bool(getattr(drafter, "synthetic_rates", None))
                  or drafter.engine_args.get("rejection_sample_method") == "synthetic")
-    if drafter.method == "none" or not synthetic or not (on_cpu() if callable(on_cpu) else on_cpu):
+    if is_baseline(drafter.method) or not synthetic or not (on_cpu() if callable(on_cpu) else on_cpu):
         return []
     return ["synthetic acceptance (drafter.synthetic_al / synthetic_rates or rejection_sample_method=synthetic) "
             f"is not supported by vLLM on CPU ({vllm_version()}: 'Synthetic acceptance not supported with CPU "

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...drafters.registry import is_baseline
 from ..base import NAN, GenerateSpec, TurnResult
 from . import profile as vllm_profile
 from . import timers as vllm_timers
@@ -130,7 +131,7 @@ def profiled_extra(extra: dict[str, Any], engine, trace_dir: str, baselines: Bas
     except Exception as exc:  # the measurement stands; only the split is missing
         log.warning("vllm: profiled pass failed: %s", exc)
         split = {"status": f"missing: profiled pass failed: {type(exc).__name__}: {exc}"}
-    if spec.drafter.method == "none":
+    if is_baseline(spec.drafter.method):
         baselines.profiled[spec.batch_size] = split
         extra["profiled_split"] = split
     else:

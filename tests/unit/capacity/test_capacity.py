@@ -53,10 +53,10 @@ def sweep(tmp_path):
                     ttft = slope * rate * (0.5 + i / 30)  # a spread of TTFTs within the level
                     rows.append(asdict(_rec(f"q{i}", role, rate, ttft, rep)) | {"role": role})
         pd.DataFrame(rows).to_parquet(RunFolder(root).requests_path(cid))
-        cells.append({"cell_id": cid, "drafter": "ngram", "num_speculative_tokens": 4, "context_bucket": "",
+        cells.append({"cell_id": cid, "drafter": "ngram", "method": "ngram", "num_speculative_tokens": 4, "context_bucket": "",
                       "concurrency": -1, "request_rate": rate, "stable": rate != 16.0, "results_dir": str(root),
                       "extra": {"config": {"slo": {"ttft_ms": 100.0}}}})
-    baseline = dict(cells[0], cell_id="base-only", drafter="none")
+    baseline = dict(cells[0], cell_id="base-only", drafter="none", method="none")
     return root, SimpleNamespace(ok=pd.DataFrame(cells + [baseline]))
 
 

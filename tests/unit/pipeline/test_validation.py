@@ -49,6 +49,9 @@ def wrote_nothing(tmp_path):
     (["backend=hf", "load.concurrency=4"], ["load.concurrency=4", "backend=hf"]),  # ran C=1, recorded C=4 before
     (["backend=openai", "target.path=random:tiny-target", "backend.options.base_url=http://127.0.0.1:9/v1",
       "backend.options.baseline_url=http://127.0.0.1:8/v1", "backend.options.timeout_s=-1"], ["backend.options.timeout_s"]),
+    (["backend=openai", "target.path=random:tiny-target", "backend.options.base_url=http://127.0.0.1:9/v1",
+      "backend.options.baseline_url=http://127.0.0.1:8/v1", "backend.options.request_rate=4"],
+     ["backend.options.request_rate=4.0", "load.request_rate"]),  # the one rate setting: the old key ran before
     pytest.param(["backend.device=cuda"], ["backend.device"],
                  marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")),
     (["+sampling.temprature=0.5"], ["sampling.temprature"]),

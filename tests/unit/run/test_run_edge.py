@@ -63,3 +63,31 @@ def test_the_store_writes_where_run_folder_says(tmp_path):
     assert sorted(p.name for p in tmp_path.joinpath("paths").iterdir() if not p.name.startswith(".tmp")) == sorted(
         [folder.cells_dir.name, folder.requests_dir.name, folder.steps_dir.name, folder.provenance_path.name,
          folder.locks_dir.name, *(folder.table_path(f).name for f in ("parquet", "csv", "jsonl"))])
+
+
+def test_what_the_hydra_app_raises_maps_to_an_exit_code_by_one_table(capsys):
+    """run/app.py's _outcomes: each kind its row, first match wins; what no row takes is raised."""
+    import signal
+
+    from speedbench.console import hold_stderr, release_stderr
+    from speedbench.launchers.submitit import SweepStopped
+    from speedbench.run import app
+    from speedbench.run.argv import OwnOptions
+    from speedbench.run.errors import Refusals
+    from speedbench.run.sweeps import SweepChecked
+
+    def code(exc, started=False):
+        state = app.Invocation(OwnOptions(), Refusals(), started=started)
+        gate = hold_stderr()
+        try:
+            return app._exit_code(exc, state, gate), state.refusals.last
+        finally:
+            release_stderr()
+
+    assert code(SweepChecked(3))[0] == 0
+    assert code(SweepStopped(signal.SIGTERM, 2))[0] == 128 + signal.SIGTERM
+    assert code(SystemExit(0)) == (0, None) and code(SystemExit(0), started=True)[0] is app._FINISH
+    assert code(SystemExit(3), started=True)[0] == 3
+    assert code(ValueError("bad: flag"))[0] == 2
+    assert code(ValueError("bad"), started=True)[0] is app._RAISE  # a fault inside the run keeps its traceback
+    assert code(KeyboardInterrupt())[0] is app._RAISE

@@ -11,7 +11,7 @@ from speedbench.config import BackendConfig
 from speedbench.drafters.registry import make_drafter
 from speedbench.drafters import build_drafter
 from speedbench.drafters.registry import DRAFTERS, schedule_methods
-from speedbench.drafters.schedule import k_for, parse
+from speedbench.engine.schedule import k_for, parse
 from speedbench.engine.decode import generate
 from speedbench.engine.sampling import SamplingParams
 from speedbench.pipeline.cells import CellKey

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from speedbench import slurm
-from speedbench.slurm_states import StateWatcher
+from speedbench.launchers.slurm_states import StateWatcher
 
 from .test_slurm_settings import _launcher, no_slurm  # noqa: F401 - the fixture
 
@@ -53,7 +53,7 @@ def test_a_job_pending_for_a_reason_that_cannot_resolve_is_reported_once(node, c
         watcher = StateWatcher(delay_s=0)
         watcher.register_job(job)
         found, deadline = [], time.monotonic() + 60
-        with caplog.at_level(logging.WARNING, logger="speedbench.slurm_states"):
+        with caplog.at_level(logging.WARNING, logger="speedbench.launchers.slurm_states"):
             while not found and time.monotonic() < deadline:  # the scheduler names the reason on its next pass
                 found = watcher.report_stuck()
                 time.sleep(1)

@@ -73,7 +73,7 @@ class Stoppable:
         from hydra.core.singleton import Singleton
         from hydra.core.utils import filter_overrides
 
-        from .redact import redact_text, redact_tree
+        from ..redact import redact_text, redact_tree
 
         folder, private = self._submitit_folder()
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -167,7 +167,7 @@ def _done(job) -> bool:
 def _forget_pickles(jobs: list, private: Path | None, folder: str) -> None:
     """Local: copy the jobs' logs (redacted) to ``folder``, remove the private folder. Slurm: delete
     the pickles in ``folder`` (its logs stay)."""
-    from .redact import redact_file
+    from ..redact import redact_file
 
     if private is None:
         for job in jobs:
@@ -213,13 +213,3 @@ class _stderr_to:
             os.close(self.saved)
         return False
 
-
-def register_launchers() -> None:
-    """Register speedbench's launchers with Hydra by class, not by discovery: Hydra finds plugins by
-    listing the ``hydra_plugins`` namespace, which an editable install (``pip install -e``) does not
-    expose outside the checkout, so ``hydra/launcher=local|slurm`` would be an "Unknown plugin class"."""
-    from hydra.core.plugins import Plugins
-    from hydra_plugins.speedbench_launchers import LocalLauncher, SlurmLauncher
-
-    for launcher in (LocalLauncher, SlurmLauncher):
-        Plugins.instance().register(launcher)
