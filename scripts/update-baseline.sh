@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && python3 -m speedbench.cli run +experiment=ci_gate results_dir=runs hydra/job_logging=disabled)
 # keep the results store only (cells, per-request and per-step records, tables, provenance)
 cp -r "$tmp/runs/ci-default" "$tmp/baseline"
-rm -rf "$tmp/baseline/.hydra" "$tmp/baseline/wandb"
+rm -rf "$tmp/baseline/.hydra" "$tmp/baseline/wandb" "$tmp/baseline/.locks"  # .locks: this machine's run locks
 python3 - "$tmp/baseline" <<'PY'
 import sys
 from speedbench.results import ResultsStore
