@@ -211,7 +211,7 @@ def _capacity(sec: Section, data: ReportData) -> None:
     slo = ", ".join(f"{k} <= {v:g}" for k, v in objectives.items())
     sec.values["capacity"] = [r.line() for r in rows]
     sec.text(f"**SLA capacity** ({slo}; 90% of requests within every objective; `speedbench capacity` for another "
-             "target):\n" + "\n".join(f"- {r.line()}; from the points at {r.axis} = "
+             "target):\n\n" + "\n".join(f"- {r.line()}; from the points at {r.axis} = "
                                         f"{', '.join(f'{lv.load:g}' for lv in r.levels.get('spec', ()))}."
                                         for r in rows))
 
