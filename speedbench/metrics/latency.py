@@ -25,9 +25,11 @@ Definitions (all from the client's clock; a request's repeats pooled with every 
 * load points (``windows``): the throughput and goodput intervals also cover the windows' own
   spread (``speedup.window_interval``), as the TPOT speedup's does;
 * ``burst_frac``: the share of finished requests (both roles) delivered in a burst: their median
-  chunk gap is below ``BURST_GAP_FRAC`` of their pass's median chunk gap, i.e. the client read
-  chunks the engine had made over many steps in one go (a client that lagged: its TPOT and ITL
-  say nothing of the engine);
+  chunk gap is below ``BURST_GAP_FRAC`` of the point's typical chunk gap (the median over both
+  roles' chunks) or below ``BURST_FLOOR_S`` (no engine step is that short; this catches a point
+  whose every request came in bursts), i.e. the client read chunks the engine had made over many
+  steps in one go (a client, or a server's API process, that lagged: its TPOT and ITL say nothing
+  of the engine);
 * ``client_cpu_share``: the client's CPU seconds (the harness process, where a server's client
   runs) over the pass windows, as a share of one core (``extra.client`` from the server
   backends; NaN in process, where there is no client); ``client_bound`` when either says the
@@ -48,7 +50,8 @@ from .speedup import paired_speedup
 
 NAN = math.nan
 STATS = ("mean", "p50", "p90", "p99")
-BURST_GAP_FRAC = 0.1  # a request's median chunk gap below this share of its pass's median: a burst
+BURST_GAP_FRAC = 0.1  # a request's median chunk gap below this share of the point's typical gap: a burst
+BURST_FLOOR_S = 1e-4  # or below this: shorter than any engine step (chunks read from a buffer)
 CLIENT_BOUND_BURST = 0.05  # more than this share of requests in bursts: the client lagged
 CLIENT_BOUND_CPU = 0.8  # a client busier than this share of one core: it lagged (or soon will)
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -183,15 +186,16 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
     return out
 
 
-def burst_frac(records: Sequence[RequestRecord]) -> float:
-    """The share of finished requests with chunk gaps delivered in a burst (see the module docstring)."""
+def burst_frac(records: Sequence[RequestRecord], typical: float | None = None) -> float:
+    """The share of finished requests with chunk gaps delivered in a burst (see the module docstring);
+    ``typical``: the point's typical chunk gap (default: these records' median)."""
     ok = [r for r in records if r.status == STATUS_OK and r.chunk_gaps]
     if not ok:
         return NAN
-    typical = float(np.median([g for r in ok for g in r.chunk_gaps]))
-    if not typical > 0:
-        return NAN
-    return sum(float(np.median(r.chunk_gaps)) < BURST_GAP_FRAC * typical for r in ok) / len(ok)
+    if typical is None:
+        typical = float(np.median([g for r in ok for g in r.chunk_gaps]))
+    limit = max(BURST_GAP_FRAC * typical, BURST_FLOOR_S) if math.isfinite(typical) else BURST_FLOOR_S
+    return sum(float(np.median(r.chunk_gaps)) < limit for r in ok) / len(ok)
 
 
 def client_cost(cpu_s: float, window_s: float, chunks: int) -> dict:
@@ -207,7 +211,9 @@ def client_cost(cpu_s: float, window_s: float, chunks: int) -> dict:
 
 def client_columns(base, spec) -> dict:
     """``burst_frac``, ``client_cpu_share`` and ``client_bound`` of a load point (module docstring)."""
-    bursts = [b for b in (burst_frac(base.requests), burst_frac(spec.requests)) if math.isfinite(b)]
+    gaps = [g for o in (base, spec) for r in o.requests if r.status == STATUS_OK for g in r.chunk_gaps]
+    typical = float(np.median(gaps)) if gaps else NAN
+    bursts = [b for b in (burst_frac(base.requests, typical), burst_frac(spec.requests, typical)) if math.isfinite(b)]
     frac = max(bursts) if bursts else NAN
     cpu = [o.extra["client"]["cpu_share"] for o in (base, spec) if isinstance(o.extra.get("client"), dict)
            and o.extra["client"].get("cpu_share") is not None]

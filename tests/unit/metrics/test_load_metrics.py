@@ -209,3 +209,14 @@ def test_acceptance_and_cost_by_live_batch_and_by_context_bucket():
     assert two["t_step_ms"] == pytest.approx(5.0)
     assert [r["bucket"] for r in notes["by_context"]] == [64, 512, 1024]
     assert notes["by_context"][2]["al"] is None  # no draft in that bucket: no AL, written as null
+
+
+def test_a_point_whose_every_request_came_in_a_burst_is_client_bound():
+    # a starved client (or API process) read all 64 tokens of most requests from a buffer: the pass's own
+    # median gap is itself a buffer read, so only the floor (no engine step is 0.1 ms) sees it
+    burst = [rec(f"b{i}", gaps=(0.000015,) * 3) for i in range(9)] + [rec("s", gaps=(0.004,) * 3)]
+    steady = [rec(f"r{i}", gaps=(0.004,) * 3) for i in range(10)]
+    base, spec = GenerateOutput(burst, wall_s=1.0), GenerateOutput(steady, wall_s=1.0)
+    assert ml.burst_frac(burst) == pytest.approx(0.9)
+    cols = ml.client_columns(base, spec)
+    assert cols["client_bound"] and cols["burst_frac"] == pytest.approx(0.9)
