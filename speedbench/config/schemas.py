@@ -178,7 +178,8 @@ class ProtocolConfig:
 class AcceptanceConfig:
     """How acceptance is analysed (``metrics``, docs/acceptance.md); not part of a cell's identity.
 
-    ``window``: output positions per bin of the cell's ``al_by_position``. The degenerate-output
+    ``window``: output positions per bin of the cell's ``al_by_position`` (None: about 8 bins over the
+    output the cell measured, at most 16 positions each: ``metrics.acceptance.auto_window``). The degenerate-output
     rule (``metrics.degenerate_output``): a turn is degenerate when its output ends in a loop, a
     block of at most ``loop_max_period`` tokens repeated back to back at least
     ``loop_min_repeats`` times, covering at least ``loop_min_tokens`` tokens and at least
@@ -186,7 +187,7 @@ class AcceptanceConfig:
     ``degenerate_max_frac`` of its requests are.
     """
 
-    window: int = 16
+    window: Optional[int] = None
     loop_max_period: int = 32
     loop_min_repeats: int = 3
     loop_min_tokens: int = 16

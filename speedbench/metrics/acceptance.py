@@ -213,12 +213,21 @@ class AcceptanceColumns:
     al_by_turn: tuple[float, ...]
 
 
+def auto_window(longest: int, bins: int = 8, largest: int = 16) -> int:
+    """Positions per bin of AL along the output when ``acceptance.window`` is unset: about ``bins`` bins over
+    an output of ``longest`` tokens (the run's max_new_tokens, so every cell of a run bins alike), at most
+    ``largest`` positions each (32 tokens: 8 bins of 4)."""
+    return max(1, min(largest, -(-int(longest) // bins)))
+
+
 def acceptance_columns(records: Sequence[RequestRecord], steps: Sequence[StepRecord], depth: int,
-                       cfg=None) -> AcceptanceColumns:
+                       cfg=None, max_new_tokens: int | None = None) -> AcceptanceColumns:
     """The acceptance columns of a cell on every convention (``cfg``: ``config.AcceptanceConfig``)."""
     ok = _ok(records)
     acc = acceptance(ok, depth)
-    window = int((cfg if cfg is not None else AcceptanceConfig()).window)
+    asked = (cfg if cfg is not None else AcceptanceConfig()).window
+    longest = max_new_tokens or max((s.position + max(s.kept, 0) for s in steps if s.position >= 0), default=0)
+    window = int(asked) if asked is not None else auto_window(longest)
     by_pos, drafts_pos = al_along_output(steps, window)
     return AcceptanceColumns(
         al=acc.al,

@@ -142,7 +142,8 @@ def assemble_cell(
     windows = run is not None and load_active(run.load)  # a load point: windows are the independent units
     speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples, windows)
     values = _columns(
-        metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg),
+        metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg,
+                                   run.max_new_tokens if run is not None else None),
         metrics.degenerate_columns(ok_s, acceptance_cfg),
         metrics.timing_columns(base, spec, n_gpus),
         speedup,

@@ -108,7 +108,7 @@ def check_protocol(run) -> list[str]:
         p.append("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
     if str(run.progress).lower() not in PROGRESS:
         p.append(f"progress must be auto, true or false, got {run.progress!r}")
-    if ac.window < 1 or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:
+    if (ac.window is not None and ac.window < 1) or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:
         p.append("acceptance.window, acceptance.loop_max_period and acceptance.loop_min_tokens must be >= 1 "
                  "and acceptance.loop_min_repeats >= 2")
     if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:

@@ -343,3 +343,13 @@ def test_every_draft_accepted_with_a_length_cut_gives_5_00_pooled_and_4_57_in_th
     acc = metrics.acceptance([r], D)
     assert acc.al == 5.0 and acc.al_emitted == pytest.approx(63 / 13)
     assert metrics.al_speed_bench([r]) == pytest.approx(64 / 14) and round(metrics.al_speed_bench([r]), 2) == 4.57
+
+
+def test_al_along_output_has_about_eight_windows_when_acceptance_window_is_unset():
+    from speedbench.config import AcceptanceConfig
+    from speedbench.metrics.acceptance import acceptance_columns, auto_window
+
+    assert auto_window(32) == 4  # 8 windows of 4 over 32 tokens (was 2 windows of 16)
+    assert auto_window(512) == 16 and auto_window(0) == 1
+    assert acceptance_columns([], [], 4, AcceptanceConfig(), max_new_tokens=32).al_window == 4
+    assert acceptance_columns([], [], 4, AcceptanceConfig(window=16), max_new_tokens=32).al_window == 16
