@@ -57,3 +57,20 @@ def _speedbench_loggers_enabled():
         if name.startswith("speedbench") and isinstance(logger, logging.Logger):
             logger.disabled = False
     yield
+
+
+@pytest.fixture(autouse=True)
+def _sigint_as_python_sets_it(request):
+    """Every test starts with Python's own SIGINT handler and a test that leaves another one behind is
+    named (a handler left as SIG_IGN is inherited by every process a later test starts, so Ctrl-C
+    tests far away would fail)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    left = signal.getsignal(signal.SIGINT)
+    if left is not signal.default_int_handler:
+        import sys
+
+        print(f"\n{request.node.nodeid} left SIGINT handled by {left!r}", file=sys.__stderr__)
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -61,6 +61,64 @@ def surface_table(sec: Section, surface: pd.DataFrame) -> None:
               {"measured AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED})
 
 
+def _per_mechanism(conf: pd.DataFrame) -> list[dict]:
+    """Per mechanism: rho, the D where AL/(1+rho D) peaks and the measured best D (a best D needs at least
+    two draft lengths to choose between; one D measured is no trade-off)."""
+    rows = []
+    for mech, grp in conf.groupby(MECH):
+        grp = grp.sort_values(D)
+        have = grp.dropna(subset=["al_over_cost"])
+        meas = grp.dropna(subset=["speedup"])
+        d_star = int(have.loc[have["al_over_cost"].idxmax(), D]) if have[D].nunique() >= 2 else math.nan
+        d_meas = int(meas.loc[meas["speedup"].idxmax(), D]) if meas[D].nunique() >= 2 else math.nan
+        rows.append({"mechanism": mech, "rho": grp["rho"].iloc[0],
+                     "D where AL stops paying (max AL/(1+rho D))": d_star,
+                     "AL/(1+rho D) there": have["al_over_cost"].max() if len(have) else math.nan,
+                     "measured best D": d_meas, "measured speedup there": meas["speedup"].max() if len(meas) else math.nan})
+    return rows
+
+
+def _verdict_lines(rows: list[dict], conf: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    """One line per mechanism: where the model and the measurement put the best D, and why they differ."""
+    growth = (cells["t_verify_ms"] / cells["t_verify_ms_baseline"]).groupby(cells[D]).median()
+    lines = []
+    for r in rows:
+        d_star, d_meas = r["D where AL stops paying (max AL/(1+rho D))"], r["measured best D"]
+        if conf[conf[MECH] == r["mechanism"]][D].nunique() < 2:
+            only = int(conf[conf[MECH] == r["mechanism"]][D].iloc[0])
+            lines.append(f"- {r['mechanism']}: only D = {only} measured at B = {LOW_B}; no best D to read "
+                         "(measure two or more draft lengths, e.g. `drafter.num_speculative_tokens=2,4,6 -m`).")
+            continue
+        if not (finite(d_star) and finite(d_meas)):
+            continue
+        if d_star == d_meas:
+            why = "they agree"
+        else:
+            g = growth.get(max(d_star, d_meas), math.nan)
+            why = ("they differ: AL/(1+rho D) assumes verification does not grow with D, but T_verif(1+D)/T_verif(1) = "
+                   f"{g:.2f} at D = {max(d_star, d_meas)} (measured)" if finite(g) and g > 1.05
+                   else "they differ: time outside draft and verification (loop overhead) or noise")
+        best = r["measured speedup there"]
+        loses = (f" No D pays: the best measured speedup is {best:.2f}x, slower than plain decoding."
+                 if finite(best) and not best > 1 else "")
+        lines.append(f"- {r['mechanism']}: rho = {r['rho']:.3g}; AL/(1+rho D) peaks at D = {d_star}, "
+                     f"the measured speedup at D = {d_meas} ({why}).{loses}")
+    return lines
+
+
+def _figure(sec: Section, conf: pd.DataFrame, out: Path) -> None:
+    series = []
+    for i, (mech, grp) in enumerate(conf.sort_values(D).groupby(MECH)):
+        c = f"C{i % 10}"
+        series.append(plots.Series(f"{mech}: AL (measured)", list(grp[D]), list(grp["al"]), "-o", color=c))
+        series.append(plots.Series(f"{mech}: AL/(1+rho D) (modelled)", list(grp[D]), list(grp["al_over_cost"]), "--s", color=c))
+        series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c,
+                                   low=list(grp["speedup_low"]), high=list(grp["speedup_high"])))
+    sec.figure(plots.lines(out / "g4_low_latency.png", series, plots.Axes(
+        "draft length D", "tokens per iteration / speedup", f"G4: AL and AL/(1+rho D) at B = {LOW_B}",
+        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1 (bars: its 95% interval)."))
+
+
 def build(data: ReportData, out: Path) -> Section:
     sec = Section("g4", "G4 - low latency (B = 1): raise D only while AL pays for the draft")
     sec.text("At B = 1 verification barely grows with D; what limits D is the draft cost. rho = (draft time per "
@@ -83,18 +141,7 @@ def build(data: ReportData, out: Path) -> Section:
     if setup_cols(cells):
         sec.text(f"Note: several setups ({', '.join(setup_cols(cells))}) are pooled per mechanism here.")
     conf = curves(cells)
-    rows = []
-    for mech, grp in conf.groupby(MECH):
-        grp = grp.sort_values(D)
-        have = grp.dropna(subset=["al_over_cost"])
-        meas = grp.dropna(subset=["speedup"])
-        # a best D needs at least two draft lengths to choose between; one D measured is no trade-off
-        d_star = int(have.loc[have["al_over_cost"].idxmax(), D]) if have[D].nunique() >= 2 else math.nan
-        d_meas = int(meas.loc[meas["speedup"].idxmax(), D]) if meas[D].nunique() >= 2 else math.nan
-        rows.append({"mechanism": mech, "rho": grp["rho"].iloc[0],
-                     "D where AL stops paying (max AL/(1+rho D))": d_star,
-                     "AL/(1+rho D) there": have["al_over_cost"].max() if len(have) else math.nan,
-                     "measured best D": d_meas, "measured speedup there": meas["speedup"].max() if len(meas) else math.nan})
+    rows = _per_mechanism(conf)
     summary = pd.DataFrame(rows)
     sec.values["summary"] = summary.to_dict("records")
     sec.values["curves"] = conf.to_dict("records")
@@ -105,40 +152,8 @@ def build(data: ReportData, out: Path) -> Section:
         MECH: "mechanism", D: "D", "al": "AL", "al_over_cost": "AL/(1+rho D)", "speedup": "measured speedup"})
     sec.table(table, "AL(D), the modelled low-latency speedup and the measured speedup.",
               {"AL": MEASURED, "rho": MEASURED, "AL/(1+rho D)": DERIVED, "measured speedup": MEASURED})
-    growth = (cells["t_verify_ms"] / cells["t_verify_ms_baseline"]).groupby(cells[D]).median()
-    lines = []
-    for r in rows:
-        d_star, d_meas = r["D where AL stops paying (max AL/(1+rho D))"], r["measured best D"]
-        n_d = conf[conf[MECH] == r["mechanism"]][D].nunique()
-        if n_d < 2:
-            only = int(conf[conf[MECH] == r["mechanism"]][D].iloc[0])
-            lines.append(f"- {r['mechanism']}: only D = {only} measured at B = {LOW_B}; no best D to read "
-                         "(measure two or more draft lengths, e.g. `drafter.num_speculative_tokens=2,4,6 -m`).")
-            continue
-        if not (finite(d_star) and finite(d_meas)):
-            continue
-        if d_star == d_meas:
-            why = "they agree"
-        else:
-            g = growth.get(max(d_star, d_meas), math.nan)
-            why = ("they differ: AL/(1+rho D) assumes verification does not grow with D, but T_verif(1+D)/T_verif(1) = "
-                   f"{g:.2f} at D = {max(d_star, d_meas)} (measured)" if finite(g) and g > 1.05
-                   else "they differ: time outside draft and verification (loop overhead) or noise")
-        best = r["measured speedup there"]
-        loses = (f" No D pays: the best measured speedup is {best:.2f}x, slower than plain decoding."
-                 if finite(best) and not best > 1 else "")
-        lines.append(f"- {r['mechanism']}: rho = {r['rho']:.3g}; AL/(1+rho D) peaks at D = {d_star}, "
-                     f"the measured speedup at D = {d_meas} ({why}).{loses}")
+    lines = _verdict_lines(rows, conf, cells)
     if lines:
         sec.text("\n".join(lines))
-    series = []
-    for i, (mech, grp) in enumerate(conf.sort_values(D).groupby(MECH)):
-        c = f"C{i % 10}"
-        series.append(plots.Series(f"{mech}: AL (measured)", list(grp[D]), list(grp["al"]), "-o", color=c))
-        series.append(plots.Series(f"{mech}: AL/(1+rho D) (modelled)", list(grp[D]), list(grp["al_over_cost"]), "--s", color=c))
-        series.append(plots.Series(f"{mech}: speedup (measured)", list(grp[D]), list(grp["speedup"]), ":^", color=c,
-                                   low=list(grp["speedup_low"]), high=list(grp["speedup_high"])))
-    sec.figure(plots.lines(out / "g4_low_latency.png", series, plots.Axes(
-        "draft length D", "tokens per iteration / speedup", f"G4: AL and AL/(1+rho D) at B = {LOW_B}",
-        hlines=[(1.0, "")], integer_x=True), "AL(D), AL/(1+rho D) and the measured speedup at B = 1 (bars: its 95% interval)."))
+    _figure(sec, conf, out)
     return sec
