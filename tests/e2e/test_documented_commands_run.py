@@ -46,6 +46,8 @@ NOT_RUN_OTHER = {
     "results/runs/sched ": "the folder its recipe's sweep makes (tests/unit/schedule/test_schedule_pick.py checks the verification)",
     "results/runs/load-": "the folders its recipe's load sweeps make (tests/unit/report/test_under_load.py renders the section)",
     "results/runs/draft-cost": "the folder its recipe's 120-cell sweep makes (tests/unit/report/test_sections.py renders the draft-cost section)",
+    "speedbench capacity": "needs an open-loop sweep with an SLO set (minutes): tests/unit/capacity/test_capacity.py "
+                           "searches a sweep's folder and checks the command's refusals",
     "question.jsonl": "Spec-Bench's question file (tests/unit/data/test_loaders.py reads the real format)",
 }
 
@@ -128,7 +130,8 @@ def workspace(tmp_path_factory):
     and results/all."""
     root = tmp_path_factory.mktemp("docs")
     runs = root / "results" / "runs"
-    assert main(["run", *SMALL, "dataset.categories=[coding,math]", f"results_dir={runs}", "run_id=some-run"]) == 0
+    two = small_form(SMALL, ["protocol.min_repeats=2", "protocol.max_repeats=2"])  # a measured interval per cell
+    assert main(["run", *two, "dataset.categories=[coding,math]", f"results_dir={runs}", "run_id=some-run"]) == 0
     for name in ("a", "b", "sweep-a", "sweep-b", "candidate"):
         shutil.copytree(runs / "some-run", runs / name, symlinks=True)
     shutil.copytree(REPO / "results" / "baselines" / "ci-default", root / "results" / "baselines" / "ci-default")

@@ -124,7 +124,9 @@ def test_sweep_on_slurm_scancel_one_task_then_resume(cluster, limited_sweep, tmp
     assert len(cells) == 24 and set(cells.status) == {"ok"}
     assert sorted(cells.num_speculative_tokens.value_counts().items()) == [(2, 12), (4, 12)]
     assert "sweep " in out and "0 of 24 cells failed (0%), within sweep.allowed_failure_frac=0" in out
-    assert len([line for line in out.splitlines() if " ok" in line and "tiny_draft_small" in line]) == 24  # the table
+    # the table shows what this run added (the D=4 task's 12 cells), and says the rest was kept
+    assert len([line for line in out.splitlines() if " ok" in line and "tiny_draft_small" in line]) == 12
+    assert "resumed: 12 cell(s) written by this run (below), 12 kept from before" in out
     kept = first.set_index("cell_id").wall_s
     assert (cells.set_index("cell_id").wall_s.loc[kept.index] == kept).all()  # finished cells were not measured again
     # where each cell ran: this node, one array job, D=2 in task 0 and D=4 in task 1 (the resubmitted array)
@@ -162,10 +164,12 @@ def test_a_task_killed_at_its_time_limit_is_requeued_and_finishes(limited_sweep)
 def test_sigterm_to_a_slurm_sweep_cancels_its_jobs_and_removes_the_pickles(cluster, tmp_path):
     """SIGTERM to the launching process (a CI cancel, ``timeout``, ``kill``): every job of the array is
     ``scancel``-ed through submitit, the launcher exits 143 in one line, and submitit's pickles (the
-    run's config, secrets included) are gone. The jobs ask for more CPUs than the node has, so they
-    stay pending: nothing is measured, the stop is what is tested."""
+    run's config, secrets included) are gone. The jobs stay pending (they may begin in an hour:
+    ``sbatch --begin``; a size no node has is refused before submitting): nothing is measured, the
+    stop is what is tested."""
     results = tmp_path / "runs"
-    args = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=64", "hydra.launcher.mem_gb=2", "dataset=smoke",
+    args = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2",
+            "+hydra.launcher.additional_parameters.begin=now+1hour", "dataset=smoke",
             "max_new_tokens=8", f"results_dir={results}", "run_id=stopped", "drafter.num_speculative_tokens=2,4", "-m"]
     proc = subprocess.Popen(speedbench_cmd("run", *args), cwd=tmp_path, env=subprocess_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
