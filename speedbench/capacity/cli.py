@@ -5,7 +5,6 @@ Exit status: 0 written; 2 the results cannot give a capacity (one line saying wh
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,20 +22,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="write the JSON here (default: RESULTS/capacity.json)")
 
 
-def _finite(value):
-    """NaN (a capacity the points cannot give) as JSON null: the file stays strict JSON."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def main(args: argparse.Namespace) -> int:
     from ..results.load import load
-    from ..results.store import atomic_write_text
+    from ..results.store import atomic_write_text, strict_json
     from .search import CapacityError, search
 
     given = {f"{k}_ms": getattr(args, f"{k}_ms") for k in ("ttft", "tpot", "e2e") if getattr(args, f"{k}_ms") is not None}
@@ -54,9 +42,9 @@ def main(args: argparse.Namespace) -> int:
     for r in rows:
         print(r.line())
     out = Path(args.out) if args.out else Path(args.results[0]) / "capacity.json"
-    body = _finite({"slo": objectives, "attainment": args.attainment, "rows": [r.as_dict() for r in rows]})
+    body = {"slo": objectives, "attainment": args.attainment, "rows": [r.as_dict() for r in rows]}
     try:
-        atomic_write_text(out, json.dumps(body, indent=2, allow_nan=False, default=str) + "\n")
+        atomic_write_text(out, strict_json(body))
     except (OSError, ValueError) as exc:
         print(f"speedbench capacity: cannot write {out} ({getattr(exc, 'strerror', None) or exc})", file=sys.stderr)
         return 2

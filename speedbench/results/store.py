@@ -283,3 +283,23 @@ def _concat(folder: Path) -> pd.DataFrame:
         part.insert(0, "cell_id", path.stem)
         parts.append(part)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def json_safe(value: Any) -> Any:
+    """A value as strict JSON takes it: a number that is not finite (NaN, a closed loop's request_rate
+    ``inf``) is null (bare ``NaN``/``Infinity`` tokens are refused by JSON.parse, Go, serde)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return json_safe(value.item())
+    return value
+
+
+def strict_json(data: dict[str, Any]) -> str:
+    """Strict JSON, as ``run --json`` and ``capacity`` write it (``json_safe``; a non-finite number left over
+    is a bug, not output)."""
+    return json.dumps(json_safe(data), indent=2, default=str, allow_nan=False) + "\n"

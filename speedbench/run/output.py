@@ -10,8 +10,6 @@
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import sys
 from pathlib import Path
@@ -19,29 +17,15 @@ from typing import Any
 
 from ..backends.registry import simulated_backends
 from ..results.layout import LATEST, RunFolder
-from ..results.store import ResultsStore, atomic_write_text
+from ..results.store import ResultsStore, atomic_write_text, json_safe, strict_json
 
 SYNTHETIC_BANNER = "backend=synthetic: no model was run; every number below is modelled, not measured"
-
-
-def _clean(value: Any) -> Any:
-    """A value as strict JSON takes it: a number that is not finite (NaN, a closed loop's request_rate
-    ``inf``) is null (bare ``NaN``/``Infinity`` tokens are refused by JSON.parse, Go, serde)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return _clean(value.item())
-    return value
 
 
 def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
     """The machine-readable summary of a run folder (what ``--json`` writes)."""
     table = ResultsStore(root).cells()
-    records = [_clean(r) for r in table.to_dict("records")] if not table.empty else []
+    records = [json_safe(r) for r in table.to_dict("records")] if not table.empty else []
     return {
         "results": str(root.resolve()),
         "run_id": root.name,
@@ -52,11 +36,6 @@ def summary(root: Path, code: int, verdict: str | None) -> dict[str, Any]:
         "synthetic": any(r.get("backend") in simulated_backends() for r in records),
         "cells": records,
     }
-
-
-def strict_json(data: dict[str, Any]) -> str:
-    """What ``--json`` writes: strict JSON (``_clean``; a non-finite number left over is a bug, not output)."""
-    return json.dumps(_clean(data), indent=2, default=str, allow_nan=False) + "\n"
 
 
 def refused(json_path: str, error: str) -> None:

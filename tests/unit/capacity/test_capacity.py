@@ -86,12 +86,12 @@ def test_capacity_refusals_are_one_line(sweep):
 
 
 def test_capacity_json_is_strict_and_the_command_refuses_a_folder_without_results(tmp_path):
-    from speedbench.capacity.cli import _finite
+    from speedbench.results.store import strict_json
     from speedbench.capacity.search import Capacity, CapacityRow
 
     row = CapacityRow("ngram", 4, "", "request_rate", "", Capacity(math.nan, math.nan, math.nan, False),
                       Capacity(2.0, 1.0, 3.0, True))
-    body = json.loads(json.dumps(_finite(row.as_dict()), allow_nan=False))  # NaN -> null, not a bare NaN
+    body = json.loads(strict_json(row.as_dict()))  # NaN -> null, not a bare NaN
     assert body["baseline"]["point"] is None and body["spec"]["censored"] is True
     assert "from n/a to >= 2 requests/s [1, 3]" in body["line"]
     proc = subprocess.run([sys.executable, "-m", "speedbench.cli", "capacity", str(tmp_path / "nothing")],
