@@ -43,11 +43,8 @@ class VllmSession(Session):
     def run_turns(self, turns: list[TurnInput]) -> list[TurnResult]:
         from vllm.inputs import TokensPrompt
 
-        pool, llm, mode = self.backend.engines, self.eng.llm, self.eng.timers
-        before = pool.counters(self.eng) if self.speculative else None
-        timed = mode != "false" and self.spec.role != "warmup"
-        if timed:  # separate mode: periods only here (no sync); the parts come from the extra pass
-            llm.collective_rpc("speedbench_timers_enable", args=(True, mode == "measured" and not self.backend.settings.on_cpu))
+        llm = self.eng.llm
+        before, timed = self.open_call()
         if self.backend.settings.lockstep:  # one engine step at a time, times on the pass's own clock
             done = run_stepped(llm, [t.prompt for t in turns], self.params)
             outs = [d.output for d in done]
@@ -55,17 +52,32 @@ class VllmSession(Session):
         else:
             outs = llm.generate([TokensPrompt(prompt_token_ids=t.prompt) for t in turns], self.params, use_tqdm=False)
             results = [turn_result(t.prompt, o, self.speculative) for t, o in zip(turns, outs)]
-        rows = llm.collective_rpc("speedbench_timers_take")[0] if timed else None
+        self.close_call(before, timed, [o.request_id for o in outs], results)
+        return results
+
+    def open_call(self):
+        """Before one engine call (a batch's turn, or a whole in-process load point): the counters, and the
+        timers on for a measured pass. Returns (counters before, timed)."""
+        pool, mode = self.backend.engines, self.eng.timers
+        before = pool.counters(self.eng) if self.speculative else None
+        timed = mode != "false" and self.spec.role != "warmup"
+        if timed:  # separate mode: periods only here (no sync); the parts come from the extra pass
+            self.eng.llm.collective_rpc("speedbench_timers_enable",
+                                        args=(True, mode == "measured" and not self.backend.settings.on_cpu))
+        return before, timed
+
+    def close_call(self, before, timed: bool, request_ids: list[str], results: list[TurnResult]) -> None:
+        """After the call: the timers' rows on each request's steps, the counter delta pooled into the pass."""
+        rows = self.eng.llm.collective_rpc("speedbench_timers_take")[0] if timed else None
         if rows is not None:
-            self.times.attach(rows, [o.request_id for o in outs], results)
-        after = pool.counters(self.eng) if self.speculative else None
+            self.times.attach(rows, request_ids, results)
+        after = self.backend.engines.counters(self.eng) if self.speculative else None
         delta = after - before if before is not None and after is not None else None
         if delta is not None:
             self.total = delta if self.total is None else self.total + delta
         if self.speculative and any(r.steps is None for r in results):
             put_counters_on_first([results], delta)
         self.sources |= {r.al_source for r in results}
-        return results
 
     def stepper(self) -> TurnStepper | None:
         """In-process load points: this pass's engine stepped by the load driver (stepped engines only)."""
@@ -113,13 +125,8 @@ class _VllmTurnStepper(TurnStepper):
 
     def __init__(self, session: VllmSession) -> None:
         self.s = session
-        eng = session.eng
-        self.before = session.backend.engines.counters(eng) if session.speculative else None
-        self.timed = eng.timers != "false" and session.spec.role != "warmup"
-        if self.timed:
-            eng.llm.collective_rpc("speedbench_timers_enable", args=(True, eng.timers == "measured"
-                                                                      and not session.backend.settings.on_cpu))
-        self.stepper = Stepper(eng.llm, session.params)
+        self.before, self.timed = session.open_call()
+        self.stepper = Stepper(session.eng.llm, session.params)
         self.stepper.clock.begin()
         self.prompts: dict[str, list[int]] = {}
         self.done: list[tuple[str, TurnResult]] = []
@@ -150,16 +157,5 @@ class _VllmTurnStepper(TurnStepper):
         self.stepper.clock.checkpoint(progress)
 
     def close(self) -> None:
-        s, eng = self.s, self.s.eng
-        s.wall_s = self.stepper.now()  # the pass's window, idle time between arrivals included
-        rows = eng.llm.collective_rpc("speedbench_timers_take")[0] if self.timed else None
-        results = [r for _, r in self.done]
-        if rows is not None:
-            s.times.attach(rows, [rid for rid, _ in self.done], results)
-        after = s.backend.engines.counters(eng) if s.speculative else None
-        delta = after - self.before if self.before is not None and after is not None else None
-        if delta is not None:
-            s.total = delta if s.total is None else s.total + delta
-        if s.speculative and any(r.steps is None for r in results):
-            put_counters_on_first([results], delta)
-        s.sources |= {r.al_source for r in results}
+        self.s.wall_s = self.stepper.now()  # the pass's window, idle time between arrivals included
+        self.s.close_call(self.before, self.timed, [rid for rid, _ in self.done], [r for _, r in self.done])
