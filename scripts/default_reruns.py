@@ -10,6 +10,9 @@ it prints:
 * the geometric mean of the speedups per rerun, and their spread: (max - min) / median;
 * interval coverage: the share of (cell, rerun) pairs whose 95% interval holds the mean of
   that cell's speedups over the *other* reruns;
+* the per-process component: the median over cells of the rerun-to-rerun variance of log speedup
+  minus the cells' own noise variance (noise half-width / 1.96, squared), as a relative SD: what
+  no single run sees (``protocol.process_noise`` widens the intervals by it);
 * the stable share (cells with ``stable`` true) per rerun, and each rerun's wall time;
 * with ``--backend-noise``: the median of the cells' own noise estimate (``speedup_noise``);
 * ``--metric speedup_throughput`` (or ``speedup_goodput``): the same figures for that speedup;
@@ -103,13 +106,18 @@ def figures(folders: list[Path], walls: list[float], metric: str = "speedup") ->
             if math.isfinite(lo) and math.isfinite(hi):
                 total += 1
                 covered += lo <= others[j] <= hi
+    # The per-process component: the rerun-to-rerun variance of log speedup beyond what the cells'
+    # own noise (a 95% half-width with the prompts fixed, so SD ~ half-width / 1.96) accounts for.
+    within = np.array([[float(t.loc[c, "speedup_noise"]) / 1.96 for c in common] for t in tables]) ** 2
+    between = np.log(speed).var(axis=0, ddof=1)
+    process = float(math.sqrt(max(0.0, float(np.nanmedian(between - np.nanmean(within, axis=0))))))
     stable = [float(t.loc[common, "stable"].astype(bool).mean()) for t in tables]
     noise = [float(np.nanmedian(t.loc[common, "speedup_noise"].astype(float))) for t in tables]
     return {
         "cells": len(common), "reruns": len(tables),
         "cv_median": float(np.median(cv)), "cv_max": float(cv.max()),
         "geomean": [float(g) for g in geo], "geomean_spread": float((geo.max() - geo.min()) / np.median(geo)),
-        "coverage": covered / total if total else math.nan, "coverage_pairs": total,
+        "coverage": covered / total if total else math.nan, "coverage_pairs": total, "process_component": process,
         "stable_share": stable, "cell_noise_median": noise, "wall_s": walls, "metric": metric,
         "stops_paying": [stops_paying(f) for f in folders],
     }
@@ -145,6 +153,8 @@ def main(argv=None) -> int:
     print(f"per-cell CV of the {args.metric}: median {f['cv_median']:.1%}, max {f['cv_max']:.1%}")
     print("geometric means: " + ", ".join(f"{g:.3f}" for g in f["geomean"]) + f"; spread {f['geomean_spread']:.1%}")
     print(f"interval coverage: {f['coverage']:.2f} of {f['coverage_pairs']} (cell, rerun) pairs")
+    print(f"per-process component (rerun-to-rerun SD beyond the cells' own noise, median over cells): "
+          f"{f['process_component']:.1%}; set protocol.process_noise to it to widen the intervals by it")
     print("stable share: " + ", ".join(f"{s:.0%}" for s in f["stable_share"])
           + "; median cell noise: " + ", ".join(f"{n:.1%}" for n in f["cell_noise_median"]))
     print("wall time: " + ", ".join(f"{w:.1f} s" for w in f["wall_s"]) + f" (median {statistics.median(f['wall_s']):.1f} s)")

@@ -172,6 +172,10 @@ class ProtocolConfig:
     n_resamples: int = 1000
     min_cpu_util: float = 0.85  # below: the engine's threads were waiting for a CPU (contention)
     max_load_per_cpu: float = 1.25  # 1-min load average per CPU above which a cell is flagged
+    # Relative SD of the per-process offset: fresh processes of the same run disagree by more than
+    # any one run's repeats show (scripts/default_reruns.py prints it as "per-process component").
+    # Added to speedup_ci_low/high in quadrature (metrics.speedup.widen); not to the noise.
+    process_noise: float = 0.0
 
 
 @dataclass

@@ -220,10 +220,25 @@ class SpeedupColumns:
     speedup_window_spread: float = NAN  # load points: the per-window t-interval's relative half-width
 
 
+def widen(point: float, low: float, high: float, rel_sd: float, confidence: float = 0.95) -> tuple[float, float]:
+    """``[low, high]`` around ``point`` widened, on the log scale and in quadrature, by a normal
+    component of relative SD ``rel_sd`` that the interval cannot see (the per-process offset):
+    each side's log half-width h becomes sqrt(h^2 + (z * rel_sd)^2)."""
+    if rel_sd <= 0 or not (point > 0 and low > 0 and high > 0):
+        return low, high
+    from statistics import NormalDist
+
+    extra = (NormalDist().inv_cdf(0.5 + confidence / 2) * math.log1p(rel_sd)) ** 2
+    down, up = math.log(point / low), math.log(high / point)
+    return point * math.exp(-math.sqrt(down * down + extra)), point * math.exp(math.sqrt(up * up + extra))
+
+
 def speedup_columns(base: Sequence[RequestRecord], spec: Sequence[RequestRecord], confidence: float = 0.95,
-                    n_resamples: int = 1000, windows: bool = False) -> SpeedupColumns:
+                    n_resamples: int = 1000, windows: bool = False, process_noise: float = 0.0) -> SpeedupColumns:
     """The speedup columns of a cell from its matched passes' requests (every repeat); ``windows``: a load
-    point (see the module docstring)."""
+    point (see the module docstring). ``process_noise``: the relative SD of the per-process offset
+    (``protocol.process_noise``), added to the interval in quadrature (``widen``); the noise, which
+    decides ``stable``, stays the run's own."""
     ok_b = [r for r in base if r.status == STATUS_OK]
     ok_s = [r for r in spec if r.status == STATUS_OK]
     ratios = tpot_ratios(ok_b, ok_s)
@@ -234,5 +249,6 @@ def speedup_columns(base: Sequence[RequestRecord], spec: Sequence[RequestRecord]
         w_low, w_high = window_interval(geomean(np.where(np.isfinite(ratios) & (ratios > 0), ratios, np.nan), axis=0),
                                         confidence)
         spread = (w_high - w_low) / 2 / est.point if est.point > 0 and math.isfinite(w_low) else NAN
-    return SpeedupColumns(speedup=est.point, speedup_ci_low=est.low, speedup_ci_high=est.high, speedup_cv=est.cv,
+    low, high = widen(est.point, est.low, est.high, process_noise, confidence)
+    return SpeedupColumns(speedup=est.point, speedup_ci_low=low, speedup_ci_high=high, speedup_cv=est.cv,
                           speedup_noise=noise.rel_half_width, n_repeats=est.n_repeats, speedup_window_spread=spread)

@@ -140,7 +140,8 @@ def assemble_cell(
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
     windows = run is not None and load_active(run.load)  # a load point: windows are the independent units
-    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples, windows)
+    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples, windows,
+                                      cfg.process_noise)
     values = _columns(
         metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg,
                                    run.max_new_tokens if run is not None else None),

@@ -106,6 +106,8 @@ def check_protocol(run) -> list[str]:
         p.append(f"protocol.interleave must be one of {', '.join(INTERLEAVE)}, got {pr.interleave!r}")
     if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
         p.append("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
+    if not 0 <= pr.process_noise < 1:
+        p.append(f"protocol.process_noise must be in [0, 1) (a relative SD), got {pr.process_noise}")
     if str(run.progress).lower() not in PROGRESS:
         p.append(f"progress must be auto, true or false, got {run.progress!r}")
     if (ac.window is not None and ac.window < 1) or ac.loop_max_period < 1 or ac.loop_min_repeats < 2 or ac.loop_min_tokens < 1:

@@ -187,3 +187,30 @@ def test_a_drafter_that_never_proposes_makes_no_stable_speedup_claim():
     assert m.instability(0.0, cfg).startswith("no_drafts")
     plain = protocol.measure(backend, REQS, {**_specs(), "spec": _specs()["baseline"]}, cfg)
     assert plain.instability(0.0, cfg) == ""  # a drafter-less pass is not "no drafts": nothing was meant to draft
+
+
+def test_the_per_process_component_widens_the_interval_in_quadrature_not_the_noise():
+    """protocol.process_noise: a normal component of that relative SD added on the log scale to
+    each side of the interval; zero leaves it as measured; the noise (stability) is untouched."""
+    from statistics import NormalDist
+
+    from speedbench.metrics.speedup import widen
+
+    assert widen(1.2, 1.1, 1.3, 0.0) == (1.1, 1.3)
+    low, high = widen(1.2, 1.1, 1.3, 0.02)
+    z = NormalDist().inv_cdf(0.975)
+    assert math.log(1.2 / low) == pytest.approx(math.hypot(math.log(1.2 / 1.1), z * math.log1p(0.02)))
+    assert math.log(high / 1.2) == pytest.approx(math.hypot(math.log(1.3 / 1.2), z * math.log1p(0.02)))
+    point = widen(1.0, 1.0, 1.0, 0.01)  # a zero-width interval becomes +-z * SD
+    assert point[0] == pytest.approx(math.exp(-z * math.log1p(0.01))) and point[1] > 1.0
+    rng = np.random.default_rng(3)
+    from speedbench.records import RequestRecord
+
+    def rec(i, rep, role, tpot):
+        return RequestRecord(f"r{i}", "c", "", "", role, 8, 10, (), 0.01, tpot, 0.1, 10, 5, 20, 5, repeat=rep)
+    base = [rec(i, r, "baseline", 0.010 * (1 + 0.01 * rng.standard_normal())) for i in range(4) for r in range(3)]
+    spec = [rec(i, r, "spec", 0.008 * (1 + 0.01 * rng.standard_normal())) for i in range(4) for r in range(3)]
+    plain = metrics.speedup_columns(base, spec)
+    wide = metrics.speedup_columns(base, spec, process_noise=0.03)
+    assert wide.speedup == plain.speedup and wide.speedup_noise == plain.speedup_noise
+    assert wide.speedup_ci_low < plain.speedup_ci_low and wide.speedup_ci_high > plain.speedup_ci_high

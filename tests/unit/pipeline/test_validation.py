@@ -41,6 +41,7 @@ def wrote_nothing(tmp_path):
     (["drafter=tiny_draft", "drafter.model=builtin:tiny-target", "target.path=random:tiny-target"], ["vocab_size"]),
     (["drafter.method=no_such_method"], ["drafter.method='no_such_method'", "backend=torch"]),
     (["faults.delay_ms=-5"], ["faults.delay_ms"]),
+    (["protocol.process_noise=-0.01"], ["protocol.process_noise"]),
     (["dataset.on_too_long=sometimes"], ["dataset.on_too_long"]),
     (["drafter.num_speculativ_tokens=3"], ["num_speculativ_tokens"]),
     (["run_id=../../escape"], ["run_id="]),
