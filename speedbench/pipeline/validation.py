@@ -29,6 +29,7 @@ from ..drafters.registry import is_baseline
 from ..backends import registry as backends
 from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
+from ..metrics.buckets import check_edges
 from ..drafters import registry as drafters
 
 ON_TOO_LONG = ("error", "skip", "truncate")
@@ -113,6 +114,10 @@ def check_protocol(run) -> list[str]:
                  "and acceptance.loop_min_repeats >= 2")
     if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:
         p.append("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
+    try:
+        check_edges(list(ac.context_edges or ()))
+    except ValueError as exc:
+        p.append(str(exc))
     return p + load_problems(run)
 
 
