@@ -124,17 +124,19 @@ def check_protocol(run) -> list[str]:
 def check_schedule(run) -> list[str]:
     """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
     (``drafters.registry``: each method's ``schedule``; ``backends.registry``: ``can_schedule``)."""
-    from ..engine.schedule import parse
+    from ..engine.schedule import BY_CONTEXT_ONLY, is_by_context, parse_plan
 
     d, backend = run.drafter, run.backend.name
     raw = getattr(d, "schedule", None)
     if not raw or backend not in backends.ENTRIES:
         return []
     try:
-        parse(raw)
+        parse_plan(raw)
     except ValueError as exc:
         return [str(exc)]
     entry = backends.entry(backend)
+    if is_by_context(raw) and entry.build != "torch":
+        return [f"drafter.schedule: backend={backend}: {BY_CONTEXT_ONLY}"]
     if not entry.can_schedule:
         return [f"drafter.schedule: backend={backend} cannot run a schedule (engines that can: "
                 f"{', '.join(backends.schedule_backends())})"]
