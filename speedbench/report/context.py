@@ -45,7 +45,11 @@ def bucket_frame(cells: pd.DataFrame) -> pd.DataFrame:
                          "step ms": _f(b.get("t_step_ms")), "speedup": _f(b.get("speedup")),
                          "interval": _iv(_f(b.get("speedup_ci_low")), _f(b.get("speedup_ci_high"))),
                          "low": _f(b.get("speedup_ci_low")), "high": _f(b.get("speedup_ci_high"))})
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:  # a degenerate bootstrap can miss its point by a rounding error: the bars need low <= y <= high
+        frame["low"] = frame[["low", "speedup"]].min(axis=1, skipna=False)
+        frame["high"] = frame[["high", "speedup"]].max(axis=1, skipna=False)
+    return frame
 
 
 def _f(v) -> float:
@@ -136,7 +140,8 @@ def _turns(sec: Section, cells: pd.DataFrame) -> None:
 def build(data, out: Path) -> Section:
     sec = Section("context", "Speculation against context")
     cells = data.ok if not data.cells.empty else pd.DataFrame()
-    frame = bucket_frame(cells) if not cells.empty else pd.DataFrame()
+    rows = measurement_rows(data) if not data.cells.empty else pd.DataFrame()  # derived overall rows when present
+    frame = bucket_frame(rows) if not rows.empty else pd.DataFrame()
     if frame.empty:
         sec.text("No cell recorded its steps' live context (`extra.by_context`): n/a.")
         return sec
@@ -154,6 +159,6 @@ def build(data, out: Path) -> Section:
     else:
         _curves(sec, frame, out)
         _best_d(sec, data)
-    _contrast(sec, frame)
-    _turns(sec, cells)
+    _contrast(sec, bucket_frame(cells))  # per category: the entropy tiers are categories
+    _turns(sec, rows)
     return sec
