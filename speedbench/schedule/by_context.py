@@ -76,6 +76,7 @@ def build(data, drafter: str | None = None, cap: int = DEFAULT_CAP) -> ContextSc
                             "--by context needs cells from this version of speedbench on an engine that records "
                             "each step's context")
     base = build_rows(rows, drafter, None, cap)
+    base.table.sort(key=lambda c: (c.load, int(c.context_bucket)))  # buckets in token order, not as text
     per: dict[int, dict[int, int]] = {}
     for c in base.table:
         per.setdefault(int(c.context_bucket), {})
