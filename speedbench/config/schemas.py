@@ -91,7 +91,7 @@ class FaultConfig:
 @dataclass
 class DatasetConfig:
     name: str = "smoke"
-    source: str = "local"  # local | speed_bench | spec_bench | mt_bench | generic
+    source: str = "local"  # local | speed_bench | spec_bench | mt_bench | generic | agentic
     path: str = "smoke.jsonl"
     config: Optional[str] = None  # e.g. SPEED-Bench "qualitative", "throughput_1k"
     split: str = "test"
