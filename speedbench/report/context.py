@@ -81,8 +81,9 @@ def _best_d(sec: Section, data) -> None:
                                "best D": c.D if c.decided else "n/a", "speedup": c.speedup,
                                "interval": _iv(*c.ci), "evidence": c.evidence} for c in sched.base.table])
         table = table.sort_values([sched.base.load_column, "context"])
-        sec.table(table, f"{name}: the best D per load and live-context bucket (the "
-                         "rules of `speedbench schedule RESULTS --by context`: the smallest D whose interval overlaps the best's among those above 1; 0: none).",
+        sec.table(table, f"{name}: the best D per load and live-context bucket (the rules of `speedbench schedule "
+                         "RESULTS --by context`: the smallest D whose interval overlaps the best's among those "
+                         "above 1; 0: none).",
                   {"speedup": MEASURED})
         sec.text(_changes(name, sched))
         sec.values.setdefault("best_d", {})[name] = sched.to_json()
