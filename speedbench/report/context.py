@@ -58,9 +58,10 @@ def _f(v) -> float:
 
 def _curves(sec: Section, frame: pd.DataFrame, out: Path) -> None:
     for b, part in frame[frame["schedule"] == ""].groupby("B"):
-        series = [plots.Series(f"{name} D={d}", list(g["context"]), list(g["speedup"]), "-o", color=f"C{i % 10}",
-                               low=list(g["low"]), high=list(g["high"]))
-                  for i, ((name, d), g) in enumerate(part.sort_values("context").groupby(["drafter", "D"]))]
+        many = part["dataset"].nunique() > 1  # random and real prompts (or several splits): a curve each
+        series = [plots.Series(f"{name} D={d}" + (f" {ds}" if many else ""), list(g["context"]), list(g["speedup"]),
+                               "-o", color=f"C{i % 10}", low=list(g["low"]), high=list(g["high"]))
+                  for i, ((name, d, ds), g) in enumerate(part.sort_values("context").groupby(["drafter", "D", "dataset"]))]
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"B{b}")
         sec.figure(plots.lines(out / f"context_speedup_{safe}.png", series, plots.Axes(
             "live context (bucket lower edge, tokens)", "speedup (measured, per bucket)",

@@ -247,3 +247,14 @@ def test_by_context_pairs_the_baseline_per_bucket_with_an_interval_and_takes_con
     assert "speedup" not in bucket_notes(spec)["by_context"][0]  # no baseline: no speedup claimed
     with pytest.raises(ValueError, match="acceptance.context_edges"):
         check_edges([0, 64, 32])
+
+
+def test_bad_context_edges_are_refused_by_the_protocol_checks(tmp_path):
+    from speedbench.pipeline.validation import check_protocol
+    from tests.support.sweep_helpers import make_run
+
+    run = make_run(tmp_path, "edges")
+    assert not [p for p in check_protocol(run) if "context_edges" in p]
+    run.acceptance.context_edges = [0, 64, 64]
+    (problem,) = [p for p in check_protocol(run) if "context_edges" in p]
+    assert problem.startswith("acceptance.context_edges=[0, 64, 64]") and "strictly up" in problem

@@ -45,3 +45,21 @@ def test_results_without_context_render_na():
     sec = section(ReportData(roots=[], cells=cells, provenance=[]), None)
     assert "n/a" in texts(sec) and "by_context" not in sec.values
     assert "n/a" in texts(section(ReportData(roots=[], cells=pd.DataFrame(), provenance=[]), None))
+
+
+def test_random_against_real_and_the_tiers_at_each_length(tmp_path):
+    def cell(cid, dataset, category, al):
+        return {"cell_id": cid, "status": "ok", "derived": False, "category": category, "drafter": "ngram",
+                "method": "ngram", "num_speculative_tokens": 2, "batch_size": 1, "dataset": dataset, "schedule": "",
+                "extra": {"by_context": [{"bucket": e, "steps": 5, "al": al, "speedup": al / 2,
+                                          "speedup_ci_low": al / 2 - 0.1, "speedup_ci_high": al / 2 + 0.1}
+                                         for e in (512, 1024)]}}
+
+    cells = pd.DataFrame([cell("a", "random", "low_entropy", 1.1), cell("b", "throughput_1k", "low_entropy", 2.5),
+                          cell("c", "throughput_1k", "high_entropy", 1.4)])
+    sec = section(ReportData(roots=[], cells=cells, provenance=[]), tmp_path)
+    assert (tmp_path / "context_speedup_B1.png").exists()
+    contrast = pd.DataFrame(sec.values["contrast"]).set_index("context")
+    assert list(contrast.index) == [512, 1024]
+    assert (contrast["AL random"] == 1.1).all() and (contrast["AL low_entropy"] == 2.5).all()
+    assert (contrast["speedup high_entropy"] == 0.7).all()
