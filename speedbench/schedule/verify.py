@@ -85,4 +85,5 @@ def check_folder(data, drafter: str | None = None, by_context: bool = False) -> 
         rows = context_rows(rows)
         if rows.empty:
             raise ScheduleError("no cell has a per-context speedup (extra.by_context): nothing to verify by context")
+        return sorted(check(rows, drafter), key=lambda p: (p.schedule, p.load, int(p.context_bucket)))
     return check(rows, drafter)
