@@ -16,7 +16,7 @@ from .. import models
 from ..drafters.registry import is_baseline
 from ..drafters.faults import with_faults
 from ..drafters.registry import build_drafter, reference_options
-from ..engine.schedule import parse as parse_schedule
+from ..engine.schedule import parse_plan as parse_schedule
 from ..engine.build import LMBuilder
 from ..engine.clock import Clock
 from ..engine.decode import generate

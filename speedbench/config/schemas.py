@@ -91,7 +91,7 @@ class FaultConfig:
 @dataclass
 class DatasetConfig:
     name: str = "smoke"
-    source: str = "local"  # local | speed_bench | spec_bench | mt_bench | generic
+    source: str = "local"  # local | speed_bench | spec_bench | mt_bench | generic | agentic
     path: str = "smoke.jsonl"
     config: Optional[str] = None  # e.g. SPEED-Bench "qualitative", "throughput_1k"
     split: str = "test"
@@ -188,7 +188,8 @@ class AcceptanceConfig:
     block of at most ``loop_max_period`` tokens repeated back to back at least
     ``loop_min_repeats`` times, covering at least ``loop_min_tokens`` tokens and at least
     ``loop_min_frac`` of the turn's output. A cell is flagged ``degenerate`` when more than
-    ``degenerate_max_frac`` of its requests are.
+    ``degenerate_max_frac`` of its requests are. ``context_edges``: the lower edges (tokens) of the
+    live-context buckets of ``extra.by_context`` (``metrics.buckets``; empty: powers of two).
     """
 
     window: Optional[int] = None
@@ -197,6 +198,7 @@ class AcceptanceConfig:
     loop_min_tokens: int = 16
     loop_min_frac: float = 0.5
     degenerate_max_frac: float = 0.0
+    context_edges: list[int] = field(default_factory=list)  # live-context bucket lower edges (tokens); empty: powers of two
 
 
 @dataclass

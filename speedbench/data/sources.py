@@ -143,8 +143,29 @@ class SpeedBenchSource(Source):
         return [Row(label, i, dict(record)) for i, record in enumerate(table, start=1)]
 
 
+class AgenticSource(Source):
+    """Agentic trajectories (``data.agentic``): each JSONL record is cut before every assistant turn
+    into one request holding the trajectory so far (e.g. datasets/agentic/mini.jsonl)."""
+
+    name = "agentic"
+    extra_categories = ("agentic",)
+    default_path = "agentic/mini.jsonl"
+
+    def load(self, spec: DatasetSpec) -> tuple[list[Row], list[Issue]]:
+        from .agentic import cuts
+
+        rows, issues = read_file_rows(self.locate(spec))
+        out: list[Row] = []
+        for r in rows:
+            records, bad = cuts(r.record, r.path, r.line)
+            issues += bad
+            out += [Row(r.path, r.line, rec) for rec in records]
+        return out, issues
+
+
 SOURCES: dict[str, type[Source]] = {
-    cls.name: cls for cls in (LocalSource, SpeedBenchSource, SpecBenchSource, MTBenchSource, GenericSource)
+    cls.name: cls for cls in (LocalSource, SpeedBenchSource, SpecBenchSource, MTBenchSource, GenericSource,
+                              AgenticSource)
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .schedule import k_for
+from .schedule import as_plan, k_at
 from .drafting import Drafter, History
 from .cached_lm import CachedLM
 from .clock import Clock
@@ -118,8 +118,9 @@ def generate(
 ) -> BatchOutput:
     """Generate up to ``max_new_tokens`` per prompt for one static batch.
 
-    ``schedule`` (``engine.schedule``: inclusive (start, end, K) ranges): each iteration drafts the
-    K of the range holding its live batch size (rows still generating), clamped to
+    ``schedule`` (``engine.schedule.parse_plan``: context ranges of (start, end, K) batch ranges): each
+    iteration drafts the K of the batch range holding its live batch size (rows still generating) in
+    the context range holding its live context (the longest live row), clamped to
     ``num_speculative_tokens``; K=0 is a plain decode step (recorded, with drafted=0).
 
     ``acceptance`` (``engine.synthetic_acceptance.SyntheticAcceptance``): force each step's
@@ -127,7 +128,7 @@ def generate(
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    batch, depth = len(prompts), num_speculative_tokens
+    batch, depth, schedule = len(prompts), num_speculative_tokens, as_plan(schedule)
     clock.begin()
     t_start = clock.now()
     history, first = _prefill(target, drafter, prompts, max_new_tokens + 2 * depth + 3, params, generator)
@@ -144,7 +145,7 @@ def generate(
     clock.checkpoint(progress())  # a lockstep partner may take its turn here (own clocks: not timed)
     while not all(finish):
         live = [not f for f in finish]
-        k = k_for(schedule, sum(live), depth) if schedule else depth
+        k = k_at(schedule, sum(live), _live_context(history, live, schedule), depth) if schedule else depth
         taken = speculative_step(target, drafter, history, k, torch.tensor(live, device=target.device),
                                 params, generator, clock, acceptance)
         for b in (b for b in range(batch) if live[b]):
@@ -156,6 +157,13 @@ def generate(
         t_prev, step = t_end, step + 1
         clock.checkpoint(progress())
     return out
+
+
+def _live_context(history: History, live: list[bool], schedule) -> int:
+    """The longest live row's tokens (what a context range of the schedule is keyed on); 0 with one range."""
+    if len(schedule) < 2:
+        return 0
+    return int(max(n for n, on in zip(history.lens.tolist(), live) if on))
 
 
 def _prefill(target: CachedLM, drafter: Drafter, prompts: list[list[int]], room: int, params: SamplingParams,

@@ -23,6 +23,7 @@ from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..hashing import stable_hash
 from ..metrics import latency
 from ..metrics.buckets import bucket_notes
+from ..metrics.trajectory import turn_notes
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
 from .load import active as load_active, columns as load_point, concurrency_note, identity as load_identity
@@ -160,7 +161,9 @@ def assemble_cell(
     if notes.instability is not None or failed:
         values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
-             **bucket_notes(spec.steps), **notes.extra}
+             **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence,
+                                         cfg.n_resamples),
+             **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples), **notes.extra}
     cell = CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),

@@ -29,6 +29,7 @@ from ..drafters.registry import is_baseline
 from ..backends import registry as backends
 from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
+from ..metrics.buckets import check_edges
 from ..drafters import registry as drafters
 
 ON_TOO_LONG = ("error", "skip", "truncate")
@@ -115,23 +116,29 @@ def check_protocol(run) -> list[str]:
                  "and acceptance.loop_min_repeats >= 2")
     if not 0 <= ac.loop_min_frac <= 1 or not 0 <= ac.degenerate_max_frac <= 1:
         p.append("acceptance.loop_min_frac and acceptance.degenerate_max_frac must be in [0, 1]")
+    try:
+        check_edges(list(ac.context_edges or ()))
+    except ValueError as exc:
+        p.append(str(exc))
     return p + load_problems(run)
 
 
 def check_schedule(run) -> list[str]:
     """``drafter.schedule``: well-formed ranges, on an engine that can vary K for this method
     (``drafters.registry``: each method's ``schedule``; ``backends.registry``: ``can_schedule``)."""
-    from ..engine.schedule import parse
+    from ..engine.schedule import BY_CONTEXT_ONLY, is_by_context, parse_plan
 
     d, backend = run.drafter, run.backend.name
     raw = getattr(d, "schedule", None)
     if not raw or backend not in backends.ENTRIES:
         return []
     try:
-        parse(raw)
+        parse_plan(raw)
     except ValueError as exc:
         return [str(exc)]
     entry = backends.entry(backend)
+    if is_by_context(raw) and entry.build != "torch":
+        return [f"drafter.schedule: backend={backend}: {BY_CONTEXT_ONLY}"]
     if not entry.can_schedule:
         return [f"drafter.schedule: backend={backend} cannot run a schedule (engines that can: "
                 f"{', '.join(backends.schedule_backends())})"]

@@ -1,4 +1,9 @@
-"""``speedbench schedule RESULTS [--out FILE] [--drafter NAME] [--context-bucket B] [--cap N] [--verify]``.
+"""``speedbench schedule RESULTS [--out FILE] [--drafter NAME] [--by batch|context|batch,context] [--context-bucket B]
+[--cap N] [--verify]``.
+
+``--by batch`` (default): K per load (the cells' dataset context bucket: ``--context-bucket``). ``--by context``
+(= ``batch,context``): K per load and live-context bucket from each cell's ``extra.by_context``; one vLLM
+schedule per bucket and the reference engine's (batch, context) schedule (``schedule.by_context``).
 
 Exit status: 0 written (or no verified point whose interval lies apart from the best static D's),
 1 a verified point flagged, 2 the results cannot give a schedule (one line saying why: no
@@ -14,11 +19,16 @@ from pathlib import Path
 
 from .pick import DEFAULT_CAP
 
+BY = ("batch", "context", "batch,context")
+
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", help="results folder(s) of a sweep over load x D (merged)")
     parser.add_argument("--out", default=None, help="write the JSON here (default: RESULTS/schedule.json)")
     parser.add_argument("--drafter", default=None, help="the drafter (cell column drafter) when several ran")
+    parser.add_argument("--by", default="batch", choices=BY,
+                        help="the axes K varies over: batch (load; default) or context (= batch,context: load x live "
+                             "context, one vLLM schedule per context bucket)")
     parser.add_argument("--context-bucket", default=None,
                         help="the context bucket that sets K (default: per load, the smallest K over buckets)")
     parser.add_argument("--cap", type=int, default=DEFAULT_CAP, help=f"end of the last range (default {DEFAULT_CAP})")
@@ -41,14 +51,16 @@ def _unstable_lines(points) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from ..results.load import load
-    from ..results.store import atomic_write_text
     from .pick import ScheduleError, build, dumps
     from .verify import check_folder
 
+    by_context = getattr(args, "by", "batch") != "batch"
     try:
         data = load(args.results)
         if args.verify:
-            points = check_folder(data, args.drafter)
+            points = check_folder(data, args.drafter, by_context)
+        elif by_context:
+            return _emit_by_context(args, data)
         else:
             sched = build(data, args.drafter, args.context_bucket, args.cap)
     except (FileNotFoundError, ScheduleError) as exc:
@@ -67,25 +79,58 @@ def main(args: argparse.Namespace) -> int:
         for line in _unstable_lines(flagged or points):
             print(line)
         return 1 if flagged else 0
-    out = Path(args.out) if args.out else Path(args.results[0]) / "schedule.json"
-    try:
-        atomic_write_text(out, dumps(sched) + "\n")
-    except OSError as exc:
-        print(f"speedbench schedule: cannot write {out} ({exc.strerror or exc}); --out FILE writes elsewhere",
-              file=sys.stderr)
+    out = _write(args, dumps(sched))
+    if out is None:
         return 2
-    print(f"drafter {sched.drafter}; load = {sched.load_column}")
-    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<30} cells")
-    for c in sched.table:
-        print(f"{c.load:>6} {c.context_bucket:<10} {c.D if c.decided else 'n/a':>3} {_f(c.speedup):>8} "
-              f"{_iv(c.ci):<16} {c.evidence:<30} {','.join(c.cells)}")
-    for line in sched.notes():
-        print(f"note: {line}")
+    _print_table(sched, sched.notes())
     ranges = sched.ranges
     print("num_speculative_tokens_per_batch_size:", json.dumps(ranges))
     print(f"--speculative-config '{{\"num_speculative_tokens\": {max((r[2] for r in ranges), default=0)}, "
           f"\"num_speculative_tokens_per_batch_size\": {json.dumps(ranges)}, ...}}' (add method and model)")
     cap = max(1, max((r[2] for r in ranges), default=0))
     print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{json.dumps(ranges).replace(' ', '')}' (speedbench run)")
+    print(f"schedule: {out}")
+    return 0
+
+
+def _write(args, text: str) -> Path | None:
+    from ..results.store import atomic_write_text
+
+    out = Path(args.out) if args.out else Path(args.results[0]) / "schedule.json"
+    try:
+        atomic_write_text(out, text + "\n")
+    except OSError as exc:
+        print(f"speedbench schedule: cannot write {out} ({exc.strerror or exc}); --out FILE writes elsewhere",
+              file=sys.stderr)
+        return None
+    return out
+
+
+def _print_table(sched, notes) -> None:
+    print(f"drafter {sched.drafter}; load = {sched.load_column}")
+    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<30} cells")
+    for c in sched.table:
+        print(f"{c.load:>6} {c.context_bucket:<10} {c.D if c.decided else 'n/a':>3} {_f(c.speedup):>8} "
+              f"{_iv(c.ci):<16} {c.evidence:<30} {','.join(c.cells)}")
+    for line in notes:
+        print(f"note: {line}")
+
+
+def _emit_by_context(args, data) -> int:
+    """``--by context``: the (load, live-context bucket) table, one vLLM schedule per bucket, the engine's plan."""
+    from .by_context import build as build_by_context
+
+    sched = build_by_context(data, args.drafter, args.cap)
+    out = _write(args, json.dumps(sched.to_json(), indent=2))
+    if out is None:
+        return 2
+    _print_table(sched.base, sched.notes())
+    print("(bucket = the live context's lower edge, tokens; speedup and interval: that bucket's steps against the "
+          "baseline's steps in the same bucket, percentile bootstrap over target iterations)")
+    for edge, ranges in sched.per_bucket.items():
+        print(f"context >= {edge}: num_speculative_tokens_per_batch_size: {json.dumps(ranges)}")
+    plan = json.dumps(sched.plan).replace(" ", "")
+    cap = max(1, max((r[2] for _, _, rr in sched.plan for r in rr), default=0))
+    print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{plan}' (speedbench run, backend=torch)")
     print(f"schedule: {out}")
     return 0

@@ -204,7 +204,12 @@ def to_ranges(k_by_load: dict[int, int], cap: int = DEFAULT_CAP) -> list[list[in
 
 
 def build(data, drafter: str | None = None, context_bucket: str | None = None, cap: int = DEFAULT_CAP) -> Schedule:
-    rows = measurement_rows(data)
+    return build_rows(measurement_rows(data), drafter, context_bucket, cap)
+
+
+def build_rows(rows: pd.DataFrame, drafter: str | None = None, context_bucket: str | None = None,
+               cap: int = DEFAULT_CAP) -> Schedule:
+    """``build`` over given measurement rows (``schedule.by_context`` gives one row per live-context bucket)."""
     if rows.empty:
         raise ScheduleError("no finished cells in the results")
     rows = rows[static_mask(rows)]

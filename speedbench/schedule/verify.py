@@ -76,5 +76,14 @@ def check(cells: pd.DataFrame, drafter: str | None = None) -> list[Point]:
     return out
 
 
-def check_folder(data, drafter: str | None = None) -> list[Point]:
-    return check(measurement_rows(data), drafter)
+def check_folder(data, drafter: str | None = None, by_context: bool = False) -> list[Point]:
+    """``check`` over the cells, or (``by_context``) over their live-context buckets (``schedule.by_context``)."""
+    rows = measurement_rows(data)
+    if by_context:
+        from .by_context import context_rows
+
+        rows = context_rows(rows)
+        if rows.empty:
+            raise ScheduleError("no cell has a per-context speedup (extra.by_context): nothing to verify by context")
+        return sorted(check(rows, drafter), key=lambda p: (p.schedule, p.load, int(p.context_bucket)))
+    return check(rows, drafter)

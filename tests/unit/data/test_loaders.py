@@ -28,7 +28,7 @@ def write_parquet(path, rows):
 
 
 def test_registry_has_every_source():
-    assert set(SOURCES) == {"local", "speed_bench", "spec_bench", "mt_bench", "generic"}
+    assert set(SOURCES) == {"local", "speed_bench", "spec_bench", "mt_bench", "generic", "agentic"}
     with pytest.raises(DatasetError, match="unknown dataset source 'nope'"):
         load_requests(DatasetSpec(source="nope", path="x.jsonl"))
 

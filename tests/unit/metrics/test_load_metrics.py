@@ -220,3 +220,41 @@ def test_a_point_whose_every_request_came_in_a_burst_is_client_bound():
     assert ml.burst_frac(burst) == pytest.approx(0.9)
     cols = ml.client_columns(base, spec)
     assert cols["client_bound"] and cols["burst_frac"] == pytest.approx(0.9)
+
+
+def test_by_context_pairs_the_baseline_per_bucket_with_an_interval_and_takes_configured_edges():
+    from speedbench.metrics.buckets import bucket_notes, check_edges, context_bucket
+    from speedbench.records import StepRecord
+
+    def step(it, ctx, emitted, t):
+        return StepRecord("r", it, 0, emitted - 1, emitted - 1, emitted, 0.0, t, 0.0, t, 3, iteration=it,
+                          context_len=ctx, live_batch=1, kept=emitted)
+
+    # small context (< 64): speculation emits 3 tokens per 2 ms step vs 1 per 1 ms; long (>= 64): 1.2 per 3 ms
+    base = [step(i, 10 + i, 1, 0.001 + 1e-5 * (i % 3)) for i in range(20)] + \
+           [step(20 + i, 70 + i, 1, 0.002 + 1e-5 * (i % 3)) for i in range(20)]
+    spec = [step(i, 10 + 3 * i, 3, 0.002 + 1e-5 * (i % 2)) for i in range(10)] + \
+           [step(10 + i, 70 + i, 1 + (i % 5 == 0), 0.003) for i in range(20)]
+    assert context_bucket(70, (0, 64)) == 64 and context_bucket(10, (16, 64)) == -1
+    rows = bucket_notes(spec, base, edges=(0, 64))["by_context"]
+    short, long_ = rows
+    assert (short["bucket"], long_["bucket"]) == (0, 64)
+    assert short["speedup"] == pytest.approx(1.5, rel=0.02) and short["speedup_ci_low"] > 1.0
+    assert long_["speedup"] == pytest.approx(0.8, rel=0.02) and long_["speedup_ci_high"] < 1.0
+    assert short["speedup_ci_low"] <= short["speedup"] <= short["speedup_ci_high"]
+    assert short["ms_per_token_baseline"] == pytest.approx(1.01, rel=0.01)
+    assert [r["bucket"] for r in bucket_notes(spec, base)["by_context"]] == [8, 16, 32, 64]  # default: powers of two
+    assert "speedup" not in bucket_notes(spec)["by_context"][0]  # no baseline: no speedup claimed
+    with pytest.raises(ValueError, match="acceptance.context_edges"):
+        check_edges([0, 64, 32])
+
+
+def test_bad_context_edges_are_refused_by_the_protocol_checks(tmp_path):
+    from speedbench.pipeline.validation import check_protocol
+    from tests.support.sweep_helpers import make_run
+
+    run = make_run(tmp_path, "edges")
+    assert not [p for p in check_protocol(run) if "context_edges" in p]
+    run.acceptance.context_edges = [0, 64, 64]
+    (problem,) = [p for p in check_protocol(run) if "context_edges" in p]
+    assert problem.startswith("acceptance.context_edges=[0, 64, 64]") and "strictly up" in problem

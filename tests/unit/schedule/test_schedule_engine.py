@@ -11,7 +11,7 @@ from speedbench.config import BackendConfig
 from speedbench.drafters.registry import make_drafter
 from speedbench.drafters import build_drafter
 from speedbench.drafters.registry import DRAFTERS, schedule_methods
-from speedbench.engine.schedule import k_for, parse
+from speedbench.engine.schedule import k_at, k_for, parse, parse_plan
 from speedbench.engine.decode import generate
 from speedbench.engine.sampling import SamplingParams
 from speedbench.pipeline.cells import CellKey
@@ -72,6 +72,62 @@ def test_greedy_output_with_a_schedule_equals_baseline_and_each_step_ran_the_sch
             assert s.drafted == k_for(SCHEDULE, live[s.step], 3)
     if method == "draft_model":
         assert set(live.values()) != {4}, "rows finished together: the schedule never switched"
+
+
+CONTEXT_PLAN = [[0, 29, [[1, 64, 3]]], [30, 100000, [[1, 2, 0], [3, 64, 1]]]]  # short: K=3; long: by live rows
+
+
+@pytest.mark.parametrize("bad, words", [
+    ([[1, 29, [[1, 4, 2]]]], "must start at 0"),
+    ([[0, 29, [[1, 4, 2]]], [20, 40, [[1, 4, 1]]]], "follow each other"),
+    ([[0, 29, [[2, 4, 2]]]], r"drafter.schedule\[0\]\[2\]\[0\].*must start at 1"),
+    ([[0, 9, [[1, 4, 2]]], [10, 5, [[1, 4, 1]]]], "context start 10 > end 5"),
+])
+def test_malformed_context_schedules_are_refused_naming_the_entry(bad, words):
+    with pytest.raises(ValueError, match=words):
+        parse_plan(bad)
+
+
+def test_k_by_live_rows_and_live_context():
+    plan = parse_plan(CONTEXT_PLAN)
+    assert [k_at(plan, b, c, 4) for b, c in ((1, 0), (4, 29), (1, 30), (2, 30), (3, 50), (9, 10 ** 7))] == \
+        [3, 3, 0, 0, 1, 1]
+    assert parse_plan([[1, 4, 2]]) == ((0, 1 << 62, ((1, 4, 2),)),)  # a batch schedule: one range over every context
+    with pytest.raises(ValueError, match="backend=torch only"):
+        parse(CONTEXT_PLAN)  # vLLM's reader (batch size only) refuses it
+
+
+def test_greedy_output_with_a_batch_context_schedule_equals_baseline_and_k_follows_the_live_context(
+        tiny_target, tiny_draft, clock):
+    ctx = make_context(tiny_target, tiny_draft, "lean")
+    ps = prompts(4)
+    plan = parse_plan(CONTEXT_PLAN)
+
+    def gen(name, opts, depth, stop, **kw):
+        return generate(ctx.make_lm(ctx.target_model), build_drafter(name, ctx, opts), ps, depth, 24,
+                        SamplingParams(), stop, clock, **kw)
+
+    with torch.inference_mode():
+        free = gen("none", {}, 0, set())
+        stop = {free.outputs[0][3]}
+        base = gen("none", {}, 0, stop)
+        out = gen("draft_model", {"model": "draft"}, 3, stop, schedule=plan)
+    assert out.outputs == base.outputs
+    seen, n_steps = {}, max(s.step for row in out.row_steps for s in row) + 1
+    for step in range(n_steps):
+        rows = [(b, [s for s in row if s.step < step], next(s for s in row if s.step == step))
+                for b, row in enumerate(out.row_steps) if any(s.step == step for s in row)]
+        context = max(len(ps[b]) + 1 + sum(s.kept for s in before) for b, before, _ in rows)
+        want = k_at(plan, len(rows), context, 3)
+        assert all(now.drafted == want for _, _, now in rows), (step, context, len(rows))
+        seen[want] = seen.get(want, 0) + 1
+    assert len(seen) >= 2, f"the schedule never switched K: {seen}"
+
+
+def test_vllm_refuses_a_batch_context_schedule_before_loading(tmp_path):
+    problems = check_schedule(_run(tmp_path, "vllm", "ngram", schedule=CONTEXT_PLAN))
+    assert len(problems) == 1 and "backend=torch only" in problems[0]
+    assert check_schedule(_run(tmp_path, "torch", "ngram", schedule=CONTEXT_PLAN)) == []
 
 
 def test_the_schedule_enters_the_cell_identity_only_when_set(tmp_path):

@@ -105,3 +105,57 @@ def test_the_report_has_the_schedule_section(tmp_path_factory):
     assert set(sec.values) == {"tiny_draft", "ngram"}
     assert sec.values["ngram"]["num_speculative_tokens_per_batch_size"][0][0] == 1
     assert (out / "schedule_ngram.png").stat().st_size > 0 and (out / "schedule_tiny_draft.png").exists()
+
+
+def ctx_cell(load, d, buckets, schedule=""):
+    """A cell whose live-context buckets (edge -> speedup, interval) come from its extra.by_context."""
+    return cell(load, d, 1.0, 0.9, 1.1, schedule=schedule, extra={"by_context": [
+        {"bucket": e, "steps": 10, "al": 2.0, "speedup": s, "speedup_ci_low": lo, "speedup_ci_high": hi}
+        for e, (s, lo, hi) in buckets.items()]})
+
+
+CTX_SWEEP = [  # short contexts: D=4 pays at B=1; long: only D=1 at B=1; B=4 long: nothing
+    ctx_cell(1, 1, {64: (1.2, 1.1, 1.3), 512: (1.15, 1.05, 1.25)}),
+    ctx_cell(1, 4, {64: (1.8, 1.7, 1.9), 512: (0.9, 0.8, 0.95)}),
+    ctx_cell(4, 1, {64: (1.1, 1.05, 1.15), 512: (0.98, 0.9, 1.05)}),
+    ctx_cell(4, 4, {64: (1.4, 1.3, 1.5), 512: (0.7, 0.6, 0.8)}),
+]
+
+
+def test_by_context_gives_the_best_d_per_load_and_live_context_and_one_vllm_schedule_per_bucket():
+    from speedbench.engine.schedule import k_at, parse_plan
+    from speedbench.schedule.by_context import build as by_context
+
+    sched = by_context(data(CTX_SWEEP), cap=64)
+    table = {(c.load, c.context_bucket): c.D for c in sched.base.table}
+    assert table == {(1, "64"): 4, (1, "512"): 1, (4, "64"): 4, (4, "512"): 0}
+    assert sched.per_bucket == {64: [[1, 64, 4]], 512: [[1, 3, 1], [4, 64, 0]]}
+    plan = parse_plan(sched.plan)  # the reference engine takes it as it is
+    assert [k_at(plan, b, c, 6) for b, c in ((1, 10), (4, 511), (1, 512), (4, 9000))] == [4, 4, 1, 0]
+    js = sched.to_json()
+    assert js["by"] == "batch,context" and js["num_speculative_tokens_per_batch_size_by_context"]["512"][1] == [4, 64, 0]
+
+
+def test_schedule_by_context_cli_emits_and_verifies(tmp_path, capsys):
+    from speedbench.results.store import ResultsStore  # noqa: F401 - the CLI reads a folder: write one
+    run = tmp_path / "r"
+    (run / "cells").mkdir(parents=True)
+    rows = CTX_SWEEP + [ctx_cell(1, 4, {64: (1.75, 1.65, 1.85), 512: (0.6, 0.5, 0.7)}, schedule="[[0,511,[[1,64,4]]]]")]
+    for r in rows:
+        (run / "cells" / f"{r['cell_id']}.json").write_text(json.dumps({**r, "derived": False}))
+    ns = dict(out=str(tmp_path / "s.json"), drafter=None, context_bucket=None, cap=64, verify=False, by="context")
+    code = cli.main(argparse.Namespace(results=[str(run)], **ns))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "context >= 512: num_speculative_tokens_per_batch_size: [[1, 3, 1], [4, 64, 0]]" in out
+    assert "drafter.schedule='[[0,511,[[1,64,4]]],[512," in out
+    assert json.loads((tmp_path / "s.json").read_text())["schedule_by_context"][0] == [0, 511, [[1, 64, 4]]]
+    assert cli.main(argparse.Namespace(results=[str(run)], **{**ns, "verify": True})) == 1  # 512: below D=1
+    out = capsys.readouterr().out
+    assert "1 of 2 load points flagged" in out
+    bare = tmp_path / "bare"
+    (bare / "cells").mkdir(parents=True)
+    (bare / "cells" / "a.json").write_text(json.dumps({**cell(1, 2, 1.2, 1.1, 1.3), "derived": False}))
+    assert cli.main(argparse.Namespace(results=[str(bare)], **ns)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "per-context speedup" in err[0]
