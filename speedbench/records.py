@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .load_columns import LoadPointColumns
+from .columns import (AcceptanceColumns, AgreementColumns, DegenerateColumns, LoadPointColumns, PredictionColumns,
+                      SpeedupColumns, TimingColumns)
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
@@ -149,51 +150,20 @@ class CellIdentity:
 
 
 @dataclass(frozen=True)
-class CellResult(CellIdentity, LoadPointColumns):
+class CellResult(CellIdentity, AcceptanceColumns, TimingColumns, SpeedupColumns, PredictionColumns, AgreementColumns,
+                 DegenerateColumns, LoadPointColumns):
     """One row of the per-cell table: everything the report, the gate and W&B read.
 
-    Convention: ``al`` (acceptance length) counts the target's bonus/correction token,
-    so 1 <= al <= 1 + num_speculative_tokens. ``speedup`` = tpot_ms_baseline / tpot_ms_spec
-    from matched runs in one process. Missing measurements are NaN, never 0.
+    The identity (``CellIdentity``), every metric group (``speedbench.columns``: each column is
+    declared once there, with the default a cell that measured nothing holds) and the columns below,
+    which the protocol, the run and the noise accounting set. ``al`` counts the target's
+    bonus/correction token, so 1 <= al <= 1 + num_speculative_tokens; ``speedup`` =
+    tpot_ms_baseline / tpot_ms_spec from matched runs in one process. Missing measurements are NaN,
+    never 0.
     """
 
     n_requests: int
-    # acceptance
-    al: float
-    al_source: str
-    acceptance_rate: float
-    accepted_per_pos: tuple[float, ...]  # unconditional P(first k+1 drafts accepted)
-    accepted_per_pos_cond: tuple[float, ...]  # P(k-th accepted | first k-1 accepted)
-    accepted_hist: tuple[int, ...]
-    # timing (ms)
-    t_draft_ms: float
-    t_draft_ms_p50: float
-    t_draft_ms_p90: float
-    t_verify_ms: float
-    t_verify_ms_p50: float
-    t_verify_ms_p90: float
-    t_verify_ms_baseline: float  # T_verif(B): plain decode forward at the same batch size
-    t_accept_ms: float
-    t_step_ms_baseline: float
-    t_step_ms_spec: float
-    overhead_frac: float  # loop time outside draft/verify/accept, as a fraction of step time
-    ttft_ms_baseline: float
-    ttft_ms_spec: float
-    tpot_ms_baseline: float
-    tpot_ms_spec: float
-    tpot_ms_spec_iqr: float
-    tpot_ms_baseline_iqr: float
-    tokens_per_s_user_baseline: float
-    tokens_per_s_user_spec: float
-    tokens_per_s_baseline: float
-    tokens_per_s_spec: float
-    tokens_per_s_per_gpu_baseline: float
-    tokens_per_s_per_gpu_spec: float
-    speedup: float
-    speedup_predicted: float
-    greedy_match_rate: float  # fraction of requests whose output equals the baseline's; NaN if sampling
-    token_match_rate: float  # matched leading tokens / tokens, over requests
-    first_divergence: int  # smallest first-divergence position over requests; -1 if none
+    al_source: str  # where acceptance came from: steps | counters | chunks | none
     warmup_s: float
     wall_s: float
     n_gpus: int
@@ -201,13 +171,6 @@ class CellResult(CellIdentity, LoadPointColumns):
     status: str
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    # the measurement protocol (pipeline.protocol; estimator in metrics.paired_speedup)
-    speedup_ci_low: float = float("nan")  # 95% two-level bootstrap interval (requests, then repeats)
-    speedup_ci_high: float = float("nan")
-    speedup_cv: float = float("nan")  # across repeats
-    speedup_noise: float = float("nan")  # relative half-width with the prompts fixed (repeats resampled only)
-    speedup_window_spread: float = float("nan")  # load points: the per-window t-interval's relative half-width
-    n_repeats: int = 0
     stable: bool = False  # speedup_noise within the protocol's target and no contention seen
     unstable_reason: str = ""
     # noise accounting over the cell's measured passes
@@ -219,27 +182,10 @@ class CellResult(CellIdentity, LoadPointColumns):
     max_new_tokens: int = -1
     ignore_eos: Any = None
     batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
-    # acceptance on every peer's convention (metrics.acceptance, docs/acceptance.md)
-    al_request_mean: float = float("nan")  # mean over requests of each request's AL
-    al_emitted: float = float("nan")  # pooled, only tokens the output kept
-    al_speed_bench: float = float("nan")  # the SPEED-Bench tool's AL (mean over requests of chunk means)
-    n_accepted: int = -1  # accepted draft tokens as the engine counts them (all repeats)
-    n_accepted_kept: int = -1  # of those, the ones the output kept; -1: not known
-    degenerate_frac: float = float("nan")  # share of requests whose output is a repetition loop
-    degenerate: bool = False  # degenerate_frac above acceptance.degenerate_max_frac: do not trust the speedup
-    al_window: int = 0  # output positions per bin of al_by_position
-    al_by_position: tuple[float, ...] = ()  # AL of the drafts whose first token is in bin k (positions k*w..)
-    drafts_by_position: tuple[int, ...] = ()  # drafts in each bin
-    al_by_turn: tuple[float, ...] = ()  # AL per user turn (0-based)
     derived: bool = False  # computed from other cells' records (category=all), not measured on its own
-    # the draft/verify split: where it came from, and the rest of the iteration
-    t_other_ms: float = float("nan")  # step time outside draft, verification and acceptance (mean per iteration)
-    timing_source: str = ""  # how t_draft/t_verify/t_accept were obtained, or "missing: <reason>"
-    split_error: float = float("nan")  # (sum of the timed iterations) / (the engine's own decode span) - 1
     synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
 
 
-RUN_SETTING_FIELDS = ("max_new_tokens", "ignore_eos", "batch_size_run")  # from the run's settings, not the passes
 
 
 def to_row(record: Any) -> dict[str, Any]:

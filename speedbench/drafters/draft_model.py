@@ -13,7 +13,7 @@ from ..engine.speculative import Proposal
 from ..engine.drafting import Drafter, draft_autoregressive
 
 
-def load_same_vocab(ctx, model: str | None, method: str):
+def load_same_vocab(ctx, model: str | None):
     """The draft model named by ``drafter.model``, refused unless its vocabulary is the target's."""
     if not model:
         raise ValueError("drafter.model must name the draft model (a path, hub id or builtin:NAME)")
@@ -22,16 +22,15 @@ def load_same_vocab(ctx, model: str | None, method: str):
     if hf.config.vocab_size != target_vocab:
         raise ValueError(
             f"drafter.model {model!r} has vocab_size {hf.config.vocab_size} but the target has {target_vocab}; "
-            f"{method} needs the target's tokenizer"
+            "a draft model needs the target's tokenizer"
         )
     return hf
 
 
 class DraftModelDrafter(Drafter):
-    method = "draft_model"
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
-        self.lm = ctx.make_lm(load_same_vocab(ctx, model, self.method))
+        self.lm = ctx.make_lm(load_same_vocab(ctx, model))
 
     def reset(self, history, max_len: int) -> None:
         batch = history.tokens.shape[0]
@@ -58,7 +57,6 @@ class DraftModelDrafter(Drafter):
 class LayerSkipDrafter(DraftModelDrafter):
     """Self-speculative drafting: the target's first ``num_layers`` layers + final norm + LM head."""
 
-    method = "layer_skip"
 
     def __init__(self, ctx, num_layers: int = 1, **_options) -> None:
         self.lm = ctx.make_lm(ctx.target_model, num_layers=num_layers)

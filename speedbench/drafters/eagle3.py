@@ -56,7 +56,6 @@ class _LeanHead:
 
 
 class Eagle3Drafter(Drafter):
-    method = "eagle3"
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
         if not model:

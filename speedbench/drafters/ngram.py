@@ -28,7 +28,6 @@ def lookup(context: torch.Tensor, n_min: int, n_max: int, num_tokens: int) -> to
 
 
 class NgramDrafter(Drafter):
-    method = "ngram"
 
     def __init__(self, ctx, prompt_lookup_min: int = 1, prompt_lookup_max: int = 4, **_options) -> None:
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:

@@ -6,7 +6,6 @@ from ..engine.drafting import Drafter
 
 
 class NoDrafter(Drafter):
-    method = "none"
 
     def __init__(self, ctx, **_options) -> None:
         self.device = ctx.device

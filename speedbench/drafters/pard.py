@@ -21,10 +21,9 @@ from .draft_model import load_same_vocab
 
 
 class PardDrafter(Drafter):
-    method = "pard"
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
-        hf = load_same_vocab(ctx, model, self.method)
+        hf = load_same_vocab(ctx, model)
         mask = getattr(hf.config, "pard_token", None)
         if not isinstance(mask, int) or not 0 <= mask < hf.config.vocab_size:
             raise ValueError(f"drafter.model {model!r}: config.json has no valid pard_token (the mask token id "

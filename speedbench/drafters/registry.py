@@ -184,4 +184,7 @@ def reference_options(cfg: DrafterConfig) -> dict[str, Any]:
 
 
 def build_drafter(name: str, ctx, options: dict[str, Any]):
-    return DRAFTERS.get(name)(ctx, **options)
+    """The reference engine's drafter of method ``name``; the registry key is its ``method`` (no class repeats it)."""
+    drafter = DRAFTERS.get(name)(ctx, **options)
+    drafter.method = name
+    return drafter

@@ -55,7 +55,7 @@ class DraftContext:
 class Drafter(ABC):
     """Proposes draft tokens. ``probs`` is filled only when the drafter samples (p for exact sampling)."""
 
-    method: str = "none"
+    method: str = "none"  # the registry key, set by drafters.registry.build_drafter
     # Target layers whose hidden states this drafter reads (EAGLE-style); empty: none.
     feature_layers: tuple[int, ...] = ()
 

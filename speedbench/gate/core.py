@@ -31,7 +31,7 @@ import yaml
 
 from . import stats as gate_stats
 from .. import evidence
-from ..load_columns import load_label
+from ..columns import load_label
 from ..paths import gate_conf_dir
 from ..records import STATUS_OK
 from ..results.layout import RunFolder

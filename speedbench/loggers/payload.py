@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..results.provenance import redact
 from .. import metrics
-from ..load_columns import load_label
+from ..columns import load_label
 from ..records import IDENTITY_FIELDS, STATUS_OK
 
 KEY_COLUMNS = IDENTITY_FIELDS  # the cell's identity: W&B config, never a summary metric

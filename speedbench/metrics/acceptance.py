@@ -39,6 +39,7 @@ import numpy as np
 
 from ..config import AcceptanceConfig
 from ..records import STATUS_OK, RequestRecord, StepRecord
+from ..columns import AcceptanceColumns
 
 NAN = math.nan
 
@@ -190,27 +191,6 @@ def al_by_turn(steps: Sequence[StepRecord]) -> tuple[float, ...]:
             a = acc.setdefault(s.turn, [0, 0])
             a[0], a[1] = a[0] + s.accepted, a[1] + 1
     return tuple(al_from_counts(*acc.get(t, (0, 0))) for t in range(max(acc) + 1)) if acc else ()
-
-
-
-@dataclass(frozen=True)
-class AcceptanceColumns:
-    """The acceptance columns of a cell (``records.CellResult`` has each under this name)."""
-
-    al: float
-    al_request_mean: float
-    al_emitted: float
-    al_speed_bench: float
-    acceptance_rate: float
-    accepted_per_pos: tuple[float, ...]
-    accepted_per_pos_cond: tuple[float, ...]
-    accepted_hist: tuple[int, ...]
-    n_accepted: int
-    n_accepted_kept: int
-    al_window: int
-    al_by_position: tuple[float, ...]
-    drafts_by_position: tuple[int, ...]
-    al_by_turn: tuple[float, ...]
 
 
 def auto_window(longest: int, bins: int = 8, largest: int = 16) -> int:

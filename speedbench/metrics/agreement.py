@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..records import STATUS_OK, RequestRecord
+from ..columns import AgreementColumns
 
 NAN = math.nan
 
@@ -42,14 +43,6 @@ def agreement(baseline: Iterable[RequestRecord], other: Iterable[RequestRecord])
     )
 
 
-
-@dataclass(frozen=True)
-class AgreementColumns:
-    greedy_match_rate: float  # fraction of requests whose output equals the baseline's; NaN if sampling
-    token_match_rate: float  # matched leading tokens / tokens, over requests; NaN if sampling
-    first_divergence: int  # smallest first-divergence position over requests; -1 if none (or sampling)
-
-
 def agreement_columns(baseline: Sequence[RequestRecord], spec: Sequence[RequestRecord], greedy: bool) -> AgreementColumns:
     """Every repeat of the speculative pass against the baseline's first repeat (its tokens); only
     greedy decoding is expected to agree, so sampled cells get NaN / -1."""
@@ -57,5 +50,6 @@ def agreement_columns(baseline: Sequence[RequestRecord], spec: Sequence[RequestR
     first_b = [r for r in ok_b if r.repeat == min((x.repeat for x in ok_b), default=0)]
     agree = agreement(first_b, spec)
     if not greedy:
-        return AgreementColumns(NAN, NAN, -1)
-    return AgreementColumns(agree.match_rate, agree.token_match_rate, agree.first_divergence)
+        return AgreementColumns()  # the declared defaults: NaN, NaN, -1
+    return AgreementColumns(greedy_match_rate=agree.match_rate, token_match_rate=agree.token_match_rate,
+                            first_divergence=agree.first_divergence)

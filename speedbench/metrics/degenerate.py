@@ -13,6 +13,7 @@ import numpy as np
 
 from ..config import AcceptanceConfig
 from ..records import STATUS_OK, RequestRecord
+from ..columns import DegenerateColumns
 
 NAN = math.nan
 
@@ -77,13 +78,6 @@ def degenerate_frac(records: Iterable[RequestRecord], rule: LoopRule = LoopRule(
         bad = any(degenerate_output(t, rule) for t in _turn_outputs(r))
         per[r.request_id] = per.get(r.request_id, False) or bad
     return sum(per.values()) / len(per) if per else NAN
-
-
-
-@dataclass(frozen=True)
-class DegenerateColumns:
-    degenerate_frac: float  # share of requests whose output is a repetition loop
-    degenerate: bool  # degenerate_frac above acceptance.degenerate_max_frac: do not trust the speedup
 
 
 def degenerate_columns(records: Iterable[RequestRecord], cfg=None) -> DegenerateColumns:

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..load_columns import LoadPointColumns
+from ..columns import LoadPointColumns
 from ..records import STATUS_OK, RequestRecord
 from .speedup import paired_speedup
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..records import StepRecord
 from .speedup import matrix, paired_speedup
 from .timing import other_time, timed_split, tokens_per_step
+from ..columns import PredictionColumns
 
 NAN = math.nan
 
@@ -80,18 +80,12 @@ def predicted_ratios(base_steps: Sequence[StepRecord], spec_steps: Sequence[Step
     return matrix(values) if values else np.empty((0, 0))
 
 
-
-@dataclass(frozen=True)
-class PredictionColumns:
-    speedup_predicted: float
-
-
 def prediction_columns(base, spec, confidence: float = 0.95) -> PredictionColumns:
     """The predicted speedup of a cell from its matched passes (``GenerateOutput``s)."""
     parts = timed_split(base, spec)
     if parts is None:
-        return PredictionColumns(paired_speedup(predicted_ratios(base.steps, spec.steps), confidence, 0).point)
+        return PredictionColumns(speedup_predicted=paired_speedup(predicted_ratios(base.steps, spec.steps), confidence, 0).point)
     split, base_split = parts
-    return PredictionColumns(predicted_speedup(base_split.get("verify", NAN), split["verify"], split["draft"],
-                                               tokens_per_step(spec.steps), base_split.get("accept", 0.0), split["accept"],
-                                               _or_zero(base_split.get("other", NAN)), _or_zero(split.get("other", NAN))))
+    return PredictionColumns(speedup_predicted=predicted_speedup(
+        base_split.get("verify", NAN), split["verify"], split["draft"], tokens_per_step(spec.steps),
+        base_split.get("accept", 0.0), split["accept"], _or_zero(base_split.get("other", NAN)), _or_zero(split.get("other", NAN))))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..records import STATUS_OK, RequestRecord
+from ..columns import SpeedupColumns
 
 NAN = math.nan
 
@@ -206,18 +207,6 @@ def matrix(values: dict) -> np.ndarray:
     for (i, rep), v in values.items():
         out[ids.index(i), reps.index(rep)] = v
     return out
-
-
-
-@dataclass(frozen=True)
-class SpeedupColumns:
-    speedup: float
-    speedup_ci_low: float
-    speedup_ci_high: float
-    speedup_cv: float
-    speedup_noise: float
-    n_repeats: int
-    speedup_window_spread: float = NAN  # load points: the per-window t-interval's relative half-width
 
 
 def widen(point: float, low: float, high: float, rel_sd: float, confidence: float = 0.95) -> tuple[float, float]:

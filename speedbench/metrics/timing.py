@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from ..records import STATUS_OK, RequestRecord, StepRecord
+from ..columns import TimingColumns
 
 NAN = math.nan
 
@@ -91,38 +92,6 @@ def span_error(records: Sequence[RequestRecord], steps: Sequence[StepRecord]) ->
             continue
         ratios.append(sum(ts) / span - 1.0)
     return float(np.median(ratios)) if ratios else NAN
-
-
-@dataclass(frozen=True)
-class TimingColumns:
-    """The timing columns of a cell (ms unless named otherwise; ``records.CellResult`` has each)."""
-
-    t_draft_ms: float
-    t_draft_ms_p50: float
-    t_draft_ms_p90: float
-    t_verify_ms: float
-    t_verify_ms_p50: float
-    t_verify_ms_p90: float
-    t_verify_ms_baseline: float
-    t_accept_ms: float
-    t_step_ms_baseline: float
-    t_step_ms_spec: float
-    overhead_frac: float
-    t_other_ms: float
-    ttft_ms_baseline: float
-    ttft_ms_spec: float
-    tpot_ms_baseline: float
-    tpot_ms_spec: float
-    tpot_ms_spec_iqr: float
-    tpot_ms_baseline_iqr: float
-    tokens_per_s_user_baseline: float
-    tokens_per_s_user_spec: float
-    tokens_per_s_baseline: float
-    tokens_per_s_spec: float
-    tokens_per_s_per_gpu_baseline: float
-    tokens_per_s_per_gpu_spec: float
-    timing_source: str
-    split_error: float
 
 
 def timed_split(base, spec) -> tuple[dict, dict] | None:

@@ -14,6 +14,7 @@ import sys
 import json
 import math
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ..drafters.registry import is_baseline, methods_where
 from . import costmodel as cm
@@ -258,15 +259,8 @@ def _check_config_name(spec: str) -> None:
         raise UsageError(f"--config {spec!r} is no file or folder; did you mean --model-shape {close[0]}?")
 
 
-def main(args: argparse.Namespace) -> int:
-    from ..console import UsageError
-    from .shapes import load_shape
-
-    data = None
-    if args.results:
-        from ..results.load import load
-
-        data = load(args.results)
+def _spec(args: argparse.Namespace, data) -> str:
+    """The target to plan: --config, --model-shape, or the results' own target (its dtype too)."""
     if args.model_shape:
         _check_shape_name(args.model_shape)
     if args.config:
@@ -276,18 +270,13 @@ def main(args: argparse.Namespace) -> int:
         spec = next((t.path for t in data.targets.values() if t.path), None)
         args.dtype = args.dtype or next((t.dtype for t in data.targets.values() if t.dtype), None)
     if not spec:
-        print("speedbench plan: give --config or --model-shape (or --results with a resolvable target)", file=sys.stderr)
-        return 2
-    measured = measured_workload(data)
-    given = {"batch": args.batch is not None, "context": args.context is not None}
-    args.batch = args.batch if given["batch"] else measured.get("batch", DEFAULT_BATCH)
-    args.context = args.context if given["context"] else measured.get("context", DEFAULT_CONTEXT)
-    try:
-        batches = _check_inputs(args)
-    except ValueError as exc:
-        print(f"speedbench plan: {exc}", file=sys.stderr)
-        return 2
-    target = load_shape(spec, args.dtype)
+        raise ValueError("give --config or --model-shape (or --results with a resolvable target)")
+    return spec
+
+
+def _mechanisms(args: argparse.Namespace, data, load_shape) -> tuple[tuple[str, ...], Any, list[str]]:
+    """The mechanisms to plan (--mechanisms, else the results', else the defaults), the draft model's
+    shape where one needs it, and a note for each left out."""
     if args.mechanisms:
         mechs = tuple(m.strip() for m in args.mechanisms.split(",") if m.strip())
     elif data is not None and not data.ok.empty:
@@ -304,22 +293,12 @@ def main(args: argparse.Namespace) -> int:
         if m in mechs and draft_shape is None and not args.mechanisms:
             mechs = tuple(x for x in mechs if x != m)
             notes.append(f"{m} left out: its config is not in the results' provenance; pass --draft-config")
-    k = args.layer_skip_layers or max(1, target.n_layers // 4)
-    try:
-        drafts = {m: cm.DraftSpec(m, draft_shape if m in cm.NEEDS_SHAPE else None, k) for m in mechs}
-    except ValueError as exc:
-        print(f"speedbench plan: {exc}", file=sys.stderr)
-        return 2
-    try:
-        alpha = _parse_alpha(args.alpha, mechs)
-    except ValueError as exc:
-        print(f"speedbench plan: {exc}", file=sys.stderr)
-        return 2
-    try:
-        hw = planned_hardware(args.hardware, data)
-    except UsageError as exc:  # an unknown name: one line naming the known ones
-        print(f"speedbench plan: {exc}", file=sys.stderr)
-        return 2
+    return mechs, draft_shape, notes
+
+
+def _alphas(args: argparse.Namespace, data, mechs, alpha: dict, target, hw):
+    """Each mechanism's acceptance rate and where it came from (--alpha, fitted from the results, the
+    default), and the cost model's parameters with the results' calibration applied."""
     source = {m: "user" for m in mechs if m in alpha}
     p = cm.CostParams()
     calib = None
@@ -334,6 +313,31 @@ def main(args: argparse.Namespace) -> int:
         if m not in alpha:
             alpha[m] = alpha.get("*", 0.7)
             source[m] = "user" if "*" in alpha and args.alpha else "default 0.7 (no --alpha given)"
+    return alpha, source, calib, p
+
+
+def _plan(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """Everything ``main`` prints (the JSON or the table, and the notes); ValueError / UsageError for bad input."""
+    from .shapes import load_shape
+
+    data = None
+    if args.results:
+        from ..results.load import load
+
+        data = load(args.results)
+    spec = _spec(args, data)
+    measured = measured_workload(data)
+    given = {"batch": args.batch is not None, "context": args.context is not None}
+    args.batch = args.batch if given["batch"] else measured.get("batch", DEFAULT_BATCH)
+    args.context = args.context if given["context"] else measured.get("context", DEFAULT_CONTEXT)
+    batches = _check_inputs(args)
+    target = load_shape(spec, args.dtype)
+    mechs, draft_shape, notes = _mechanisms(args, data, load_shape)
+    k = args.layer_skip_layers or max(1, target.n_layers // 4)
+    drafts = {m: cm.DraftSpec(m, draft_shape if m in cm.NEEDS_SHAPE else None, k) for m in mechs}
+    alpha = _parse_alpha(args.alpha, mechs)
+    hw = planned_hardware(args.hardware, data)  # an unknown name: one line naming the known ones
+    alpha, source, calib, p = _alphas(args, data, mechs, alpha, target, hw)
     work = Workload(batches, args.context, mechs, alpha, args.d_max)
     taken = [f"{what} {args.batch if what == 'batch' else format(args.context, '.4g')}"
              for what in ("batch", "context") if not given[what] and what in measured]
@@ -342,12 +346,22 @@ def main(args: argparse.Namespace) -> int:
     best = best_per(sweep(target, hw, work, drafts, p))
     rec = recommend(best)
     if args.json:
-        print(json.dumps({"target": asdict(target), "hardware": asdict(hw), "alpha": alpha, "alpha_source": source,
-                          "calibration": asdict(calib) if calib else None, "best": [asdict(b) for b in best],
-                          "recommendation": {b: (asdict(r) if r else None) for b, r in rec.items()},
-                          "notes": notes}, indent=2, default=str))
-        return 0
-    print("\n".join([render(target, hw, work, source, calib, best, rec), *notes]))
+        return json.dumps({"target": asdict(target), "hardware": asdict(hw), "alpha": alpha, "alpha_source": source,
+                           "calibration": asdict(calib) if calib else None, "best": [asdict(b) for b in best],
+                           "recommendation": {b: (asdict(r) if r else None) for b, r in rec.items()},
+                           "notes": notes}, indent=2, default=str), []
+    return render(target, hw, work, source, calib, best, rec), notes
+
+
+def main(args: argparse.Namespace) -> int:
+    from ..console import UsageError
+
+    try:
+        text, notes = _plan(args)
+    except (ValueError, UsageError) as exc:
+        print(f"speedbench plan: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join([text, *notes]))
     return 0
 
 

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from .. import metrics, slurm
@@ -25,7 +25,7 @@ from ..metrics import latency
 from ..metrics.buckets import bucket_notes
 from ..metrics.trajectory import turn_notes
 from ..redact import redact
-from ..records import IDENTITY_FIELDS, RUN_SETTING_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
+from ..records import IDENTITY_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
 from .load import active as load_active, columns as load_point, concurrency_note, identity as load_identity
 
 log = logging.getLogger(__name__)
@@ -233,15 +233,8 @@ def overall_key(run: RunConfig, context_bucket: str, parts: "Sequence[CellKey]" 
 
 def failed_cell(key: CellKey, error: str, device: str, n_gpus: int, run: RunConfig | None = None,
                 requests: "Sequence[Request]" = (), prepared=None) -> CellResult:
-    """A cell that could not be measured: every metric NaN, the error recorded (with ``run``: its settings)."""
-    values = {}
-    for f in fields(CellResult):
-        if f.name in IDENTITY_FIELDS or f.name in ("status", "error", "extra", "device", "n_gpus", *RUN_SETTING_FIELDS):
-            continue
-        if f.default is not MISSING:  # protocol and noise columns: their own defaults (NaN, 0, False)
-            continue
-        values[f.name] = () if f.name.startswith("accepted_") else (-1 if f.name == "first_divergence" else NAN)
-    values["n_requests"] = 0
-    values["al_source"] = "none"
-    cell = CellResult(**_key_fields(key), **values, device=device, n_gpus=n_gpus, status=STATUS_FAILED, error=error)
+    """A cell that could not be measured: every metric column its declared default (``speedbench.columns``:
+    NaN, -1, ()), the error recorded (with ``run``: its settings)."""
+    cell = CellResult(**_key_fields(key), n_requests=0, al_source="none", warmup_s=NAN, wall_s=NAN, device=device,
+                      n_gpus=n_gpus, status=STATUS_FAILED, error=error)
     return cell if run is None else replace(cell, **run_columns(cell, run, requests, prepared))

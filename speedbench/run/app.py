@@ -153,13 +153,14 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
         from ..pipeline.runner import close_backends
 
         close_backends()  # engines stop in order (vLLM: no "engine core exited unexpectedly" at exit)
+        swept = callbacks.finish()  # the invocation's state ends with it
         release_stderr()
         sys.stderr = gate.real
         if full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
-    return _finish(state, callbacks.take_verdict())
+    return _finish(state, swept)
 
 
 _RAISE, _FINISH = object(), object()  # not ours to turn into a code; Hydra's normal exit (go on to the summary)

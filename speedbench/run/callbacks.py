@@ -35,7 +35,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class SweepState:
     """What ``speedbench run`` tells the callback (Hydra builds it from the config, so it cannot be
-    handed arguments) and what the callback hands back: one per process, reset by :func:`start`."""
+    handed arguments) and what the callback hands back. It lives for one invocation: :func:`start`
+    sets it, :func:`finish` takes the verdict and clears it, so a second run in the same process
+    starts from nothing."""
 
     check_only: bool = False
     verdict: verdicts.Verdict | None = None
@@ -50,9 +52,10 @@ def start(check_only: bool) -> None:
     STATE.check_only, STATE.verdict = check_only, None
 
 
-def take_verdict() -> verdicts.Verdict | None:
-    """The verdict of the multirun that just ended in this process (and forget it)."""
-    found, STATE.verdict = STATE.verdict, None
+def finish() -> verdicts.Verdict | None:
+    """The verdict of the multirun that just ended in this process; the state is cleared."""
+    found = STATE.verdict
+    STATE.check_only, STATE.verdict = False, None
     return found
 
 

@@ -88,3 +88,31 @@ def test_prediction_from_a_separately_timed_split_is_filled(tmp_path):
     assert math.isfinite(cell.speedup_predicted)
     # (T_verif(B) + T_other) * AL / (T_verif(B(1+D)) + T_draft + T_other'): verify with its accept, 1 ms other each
     assert abs(cell.speedup_predicted - (5.5 + 1.0) * 3 / (7.5 + 1.0)) < 1e-9
+
+
+def test_every_cell_column_is_declared_once_and_a_failed_cell_holds_the_declared_defaults(tmp_path):
+    """CellResult composes the column groups (speedbench.columns): no field of a group is declared again
+    in CellResult or in another group, and a cell that measured nothing is exactly the groups' defaults."""
+    import math
+    from dataclasses import MISSING, fields
+
+    from speedbench import columns
+    from speedbench.pipeline.cells import failed_cell
+    from speedbench.records import CellIdentity, CellResult
+
+    owners: dict[str, str] = {}
+    for group in (CellIdentity, *columns.GROUPS):
+        for f in fields(group):
+            assert f.name not in owners, f"{f.name} declared in {owners.get(f.name)} and {group.__name__}"
+            owners[f.name] = group.__name__
+    own = set(CellResult.__annotations__)  # what CellResult itself declares
+    assert not own & set(owners), sorted(own & set(owners))
+    assert {f.name for f in fields(CellResult)} == own | set(owners)
+    for group in columns.GROUPS:
+        assert all(f.default is not MISSING or f.default_factory is not MISSING for f in fields(group)), group
+    cell = failed_cell(CellKey.for_run(make_run(tmp_path, "x"), "coding", ""), "boom", "cpu", 0)
+    assert cell.status == "failed" and cell.error == "boom" and cell.n_requests == 0
+    for group in columns.GROUPS:
+        for f in fields(group):
+            got, want = getattr(cell, f.name), f.default
+            assert (math.isnan(got) and math.isnan(want)) if isinstance(want, float) and math.isnan(want) else got == want, f.name

@@ -91,3 +91,33 @@ def test_what_the_hydra_app_raises_maps_to_an_exit_code_by_one_table(capsys):
     assert code(ValueError("bad: flag"))[0] == 2
     assert code(ValueError("bad"), started=True)[0] is app._RAISE  # a fault inside the run keeps its traceback
     assert code(KeyboardInterrupt())[0] is app._RAISE
+
+
+SECOND_RUN_SCRIPT = r"""
+import sys
+from speedbench.pipeline import runner
+from speedbench.run import callbacks
+from speedbench.run.app import run_app
+
+root = sys.argv[1]
+small = ["backend=synthetic", "dataset=smoke", "dataset.categories=[coding]", "max_new_tokens=8", "warmup_batches=0",
+         f"results_dir={root}", "hydra/job_logging=disabled", "hydra/hydra_logging=disabled"]
+checked = run_app(["--check", "-m", "drafter.num_speculative_tokens=2,3", "run_id=checked", *small])
+left = (dict(callbacks.STATE.__dict__), len(runner._BACKENDS))
+ran = run_app(["-m", "drafter.num_speculative_tokens=2,3", "run_id=ran", *small])
+single = run_app(["run_id=single", *small])
+print("RESULT", checked, ran, single, left, len(runner._BACKENDS), callbacks.STATE.verdict)
+"""
+
+
+def test_a_second_invocation_in_one_process_sees_nothing_of_the_first(tmp_path):
+    """What one ``speedbench run`` leaves in the process (the sweep callback's state, the engine cache)
+    is reset or closed when it ends: a --check sweep, then a real sweep, then a single run, in one process."""
+    proc = subprocess.run([sys.executable, "-c", SECOND_RUN_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    assert line == "RESULT 0 0 0 {'check_only': False, 'verdict': None} 0 0 None", line
+    assert not (tmp_path / "checked" / "cells").exists()  # --check measured nothing
+    assert len(list((tmp_path / "ran" / "cells").glob("*.json"))) >= 2  # the sweep after it measured (not "checked")
+    assert list((tmp_path / "single" / "cells").glob("*.json"))

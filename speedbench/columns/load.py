@@ -1,4 +1,4 @@
-"""The cell columns of a load point (``metrics.latency`` fills them; ``records.CellResult`` has them).
+"""The cell columns of a load point (``metrics.latency`` fills them).
 
 Keyword-only with defaults, so ``CellResult`` keeps its own field order for everything else and
 folders written before these columns existed still load (missing = the default: NaN / -1 / inf).
