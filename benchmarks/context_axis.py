@@ -5,9 +5,9 @@ context length) x ``--drafters`` x ``--depths`` into ``RESULTS/<backend>``, then
 ``speedbench schedule RESULTS/<backend> --by context --drafter NAME`` per backend and drafter (a
 drafter's schedule is over one engine) and one ``speedbench report`` over every backend's folder
 (``RESULTS/report``).
-Every name is a parameter, so the full sweep runs with a long-context target later, e.g.::
+Every name is a parameter, so the full sweep runs with a long-context target (its conf/target name), e.g.::
 
-    python benchmarks/context_axis.py --results results/context --target tiny_long \\
+    python benchmarks/context_axis.py --results results/context --target MY_LONG_TARGET \\
         --datasets throughput_1k,throughput_8k,throughput_32k --drafters tiny_draft_small,ngram \\
         --backends torch,vllm --batches 1,4 --depths 2,4,6
 

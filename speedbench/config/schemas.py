@@ -96,6 +96,7 @@ class DatasetConfig:
     config: Optional[str] = None  # e.g. SPEED-Bench "qualitative", "throughput_1k"
     split: str = "test"
     categories: list[str] = field(default_factory=list)  # empty = all
+    tier: str = "all"  # low | mixed | high | all: keep only prompts of this entropy tier (throughput splits)
     n_requests: Optional[int] = None  # stratified across categories with ``seed``
     seed: int = 0
     column_map: dict[str, str] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from speedbench.records import Request
 from .errors import DatasetError
 from .selection import stratified_select
 from .sources import get_source
-from .spec import TIER_ALIASES, DatasetSpec, bucket_from_config
+from .spec import DATASET_TIERS, TIER_ALIASES, DatasetSpec, bucket_from_config
 from .validate import Row, known_categories, raise_if_issues, validate_rows
 
 
@@ -19,6 +19,8 @@ def load_requests(spec: DatasetSpec, tokenizer: Any = None) -> list[Request]:
     Raises ``DatasetError`` listing every problem found. ``tokenizer`` is only needed
     to enforce ``spec.max_prompt_tokens``.
     """
+    if spec.tier not in DATASET_TIERS:
+        raise DatasetError(f"dataset.tier={spec.tier!r}: must be one of {', '.join(DATASET_TIERS)}")
     source = get_source(spec.source)
     rows, issues = source.load(spec)
     categories = known_categories((*source.extra_categories, *spec.categories))
@@ -39,6 +41,11 @@ def load_requests(spec: DatasetSpec, tokenizer: Any = None) -> list[Request]:
         if missing:
             raise DatasetError(f"requested categories not in {where}: {', '.join(missing)} (present: {', '.join(sorted(present))})")
         rows = [row for row in rows if row.record["category"] in wanted]
+
+    if spec.tier != "all":
+        rows = [row for row in rows if _tier(row.record) == spec.tier]
+        if not rows:
+            raise DatasetError(f"no prompts of tier {spec.tier!r} in {where}")
 
     chosen = stratified_select(rows, spec.n_requests, spec.seed, category=lambda row: row.record["category"])
     return [to_request(row, spec) for row in chosen]

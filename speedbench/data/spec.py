@@ -36,6 +36,8 @@ TIER_ALIASES: dict[str, str] = {
 }
 
 ENTROPY_TIERS: tuple[str, ...] = ("low", "mixed", "high")
+# ``dataset.tier``: one entropy tier, or every prompt.
+DATASET_TIERS: tuple[str, ...] = (*ENTROPY_TIERS, "all")
 
 
 def datasets_dir() -> Path:
@@ -89,6 +91,8 @@ class DatasetSpec:
         {"prompt": "turns", "id": "question_id", "category": "category"}.
     max_prompt_tokens: if set (and a tokenizer is given to the loader) longer prompts are
         reported as errors before any model runs.
+    tier: "low" | "mixed" | "high" keeps only prompts of that entropy tier (the record's
+        ``entropy_tier``, else its category spelled as a tier); "all" keeps every prompt.
     """
 
     source: str = "local"
@@ -101,6 +105,7 @@ class DatasetSpec:
     max_new_tokens: int = 256
     column_map: dict[str, str] = field(default_factory=dict)
     max_prompt_tokens: int | None = None
+    tier: str = "all"
 
     def __post_init__(self) -> None:
         # Accept lists / OmegaConf containers from config files.

@@ -77,8 +77,9 @@ def dataset_identity(dataset) -> dict:
     """The dataset settings that define a cell; ``on_too_long`` and ``control_tokens`` only when
     they change the prompts (their defaults keep the ids of folders written before they existed;
     ``control_tokens=keep`` feeds the prompts as those folders did); ``input_len``/``output_len``
-    only when set (``dataset=random``)."""
+    only when set (``dataset=random``); ``tier`` only when it is not ``all``."""
     unset = tuple(k for k in ("input_len", "output_len") if getattr(dataset, k, None) is None)  # keep older ids
+    unset += ("tier",) if getattr(dataset, "tier", "all") == "all" else ()
     ident = asdict_clean(dataset, drop=("name", "on_too_long", "control_tokens") + unset)
     if getattr(dataset, "on_too_long", "error") != "error":
         ident["on_too_long"] = dataset.on_too_long

@@ -29,6 +29,7 @@ from ..drafters.registry import is_baseline
 from ..backends import registry as backends
 from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
+from ..data.spec import DATASET_TIERS
 from ..metrics.buckets import check_edges
 from ..drafters import registry as drafters
 
@@ -85,6 +86,8 @@ def check_settings(run) -> list[str]:
     ds = run.dataset
     if ds.control_tokens not in CONTROL_TOKENS:
         p.append(f"dataset.control_tokens={ds.control_tokens!r}: must be one of {', '.join(CONTROL_TOKENS)}")
+    if ds.tier not in DATASET_TIERS:
+        p.append(f"dataset.tier={ds.tier!r}: must be one of {', '.join(DATASET_TIERS)}")
     if ds.on_too_long not in ON_TOO_LONG:
         p.append(f"dataset.on_too_long={ds.on_too_long!r}: must be one of {', '.join(ON_TOO_LONG)}")
     if ds.max_prompt_tokens is not None:
@@ -357,7 +360,7 @@ def dataset_spec(run):
     d = run.dataset
     return DatasetSpec(
         source=d.source, path=d.path, config=d.config, split=d.split, categories=tuple(d.categories),
-        n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens,
+        n_requests=d.n_requests, seed=d.seed, max_new_tokens=run.max_new_tokens, tier=d.tier,
         column_map=dict(d.column_map), max_prompt_tokens=d.max_prompt_tokens,
     )
 
@@ -370,6 +373,8 @@ def prepare(run) -> Prepared:
     problems = check_settings(run)
     model_problems, target_cfg = check_models(run)
     problems += model_problems
+    if run.dataset.tier not in DATASET_TIERS:
+        raise ConfigError(problems)  # the tier's own line; loading would only repeat it
     if run.dataset.source == "random":
         return _prepare_random(run, problems, target_cfg)
     try:

@@ -96,6 +96,8 @@ def test_run_errors_are_one_line(tmp_path):
     assert "--bogus" in one_line_error(cli(tmp_path, "run", "--bogus"))
     assert "--json" in one_line_error(cli(tmp_path, "run", "--json"))
     assert "batch_size" in one_line_error(cli(tmp_path, "run", f"results_dir={tmp_path}", "batch_size=0"))
+    line = one_line_error(cli(tmp_path, "run", f"results_dir={tmp_path}", "dataset=throughput_8k", "dataset.tier=medium"))
+    assert "dataset.tier='medium'" in line and "low, mixed, high, all" in line
     assert not any(tmp_path.glob("*/cells"))
 
 

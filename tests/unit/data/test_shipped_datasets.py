@@ -2,7 +2,11 @@
 import json
 from collections import Counter, defaultdict
 
+import pytest
+
 from speedbench.data import QUALITATIVE_CATEGORIES, DatasetSpec, datasets_dir, load_requests, validate_file
+from speedbench.data.build import ALL_SIZES, size_tokens
+from speedbench.data.errors import DatasetError
 
 
 def records(name):
@@ -59,3 +63,26 @@ def test_readme_documents_format_and_preparation():
     text = (datasets_dir() / "README.md").read_text(encoding="utf-8")
     for needle in ("qualitative.jsonl", "smoke.jsonl", "question_id", "prepare_data.py", "speedbench data build", "speedbench data validate"):
         assert needle in text
+
+
+@pytest.mark.parametrize("size", ALL_SIZES)
+def test_throughput_split_of_every_size_is_shipped_exact_and_tiered(size):
+    name = f"throughput/throughput_{size}.jsonl"
+    assert validate_file(datasets_dir() / name) == []
+    data = records(name)
+    assert Counter(r["entropy_tier"] for r in data) == {"low": 2, "mixed": 2, "high": 2}
+    assert {(r["context_bucket"], r["prompt_tokens"], r["tokenizer"]) for r in data} == {(size, size_tokens(size), "tiny-target")}
+    assert "needle" in {r["sub_category"] for r in data}
+
+
+@pytest.mark.parametrize("tier", ["low", "mixed", "high"])
+def test_dataset_tier_keeps_one_tier(tier):
+    every = load_requests(DatasetSpec(path="throughput/throughput_8k.jsonl"))
+    kept = load_requests(DatasetSpec(path="throughput/throughput_8k.jsonl", tier=tier))
+    assert len(every) == 6 and len(kept) == 2
+    assert {r.entropy_tier for r in kept} == {tier} and {r.context_bucket for r in kept} == {"8k"}
+
+
+def test_dataset_tier_refuses_an_unknown_tier():
+    with pytest.raises(DatasetError, match="dataset.tier='medium': must be one of low, mixed, high, all"):
+        load_requests(DatasetSpec(path="throughput/throughput_8k.jsonl", tier="medium"))
