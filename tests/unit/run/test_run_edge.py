@@ -117,7 +117,7 @@ def test_a_second_invocation_in_one_process_sees_nothing_of_the_first(tmp_path):
                           env=subprocess_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    assert line == "RESULT 0 0 0 {'check_only': False, 'verdict': None} 0 0 None", line
+    assert line == "RESULT 0 0 0 ({'check_only': False, 'verdict': None}, 0) 0 None", line
     assert not (tmp_path / "checked" / "cells").exists()  # --check measured nothing
     assert len(list((tmp_path / "ran" / "cells").glob("*.json"))) >= 2  # the sweep after it measured (not "checked")
     assert list((tmp_path / "single" / "cells").glob("*.json"))
