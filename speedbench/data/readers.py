@@ -53,6 +53,9 @@ READERS: dict[str, Callable[[Path], tuple[Rows, list[Issue]]]] = {
 # Sidecar files in a data folder that are not prompts: ``speedbench data build`` writes
 # ``manifest.json`` next to the splits it builds.
 SIDECARS = frozenset({"manifest.json"})
+# Subfolders that hold another source's records (named after it: ``dataset.source=agentic``); reading a
+# folder as SPEED-Bench records skips them, and ``speedbench data validate FOLDER`` checks each with its source.
+SOURCE_FOLDERS = frozenset({"agentic"})
 
 
 def data_files(path: Path) -> list[Path]:
@@ -61,7 +64,8 @@ def data_files(path: Path) -> list[Path]:
         if path.suffix not in READERS:
             raise DatasetError(f"{path}: unsupported file type {path.suffix!r} (supported: {', '.join(READERS)})")
         return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in READERS and p.name not in SIDECARS)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in READERS and p.name not in SIDECARS
+                   and not set(p.relative_to(path).parts[:-1]) & SOURCE_FOLDERS)
     if not files:
         raise DatasetError(f"{path}: no {', '.join(READERS)} files in this folder")
     return files

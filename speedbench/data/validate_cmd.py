@@ -55,9 +55,9 @@ def run_validate(args: argparse.Namespace) -> int:
         return 2
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     status = 0
-    for file in args.files:
+    for file, file_source in _with_source_folders(args.files, source):
         _usable(file)
-        issues, n_rows = validate_source_file(file, source, column_map, args.max_prompt_tokens, tokenizer, args.category,
+        issues, n_rows = validate_source_file(file, file_source, column_map, args.max_prompt_tokens, tokenizer, args.category,
                                               getattr(args, "control_tokens", "refuse"))
         if issues:
             status = 1
@@ -67,6 +67,19 @@ def run_validate(args: argparse.Namespace) -> int:
         else:
             print(f"{file}: OK ({n_rows} records)")
     return status
+
+
+def _with_source_folders(files: Sequence[str], source: str) -> list[tuple[str, str]]:
+    """(path, source) to check: each given path as ``source``; a folder read as ``local`` also has its
+    subfolders named after another source (``readers.SOURCE_FOLDERS``) checked as that source."""
+    from .readers import SOURCE_FOLDERS
+
+    out = []
+    for file in files:
+        out.append((file, source))
+        if source == "local" and Path(file).is_dir():
+            out += [(str(Path(file) / name), name) for name in sorted(SOURCE_FOLDERS) if (Path(file) / name).is_dir()]
+    return out
 
 
 def _usable(file: str) -> None:
