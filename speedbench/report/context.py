@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..drafters.registry import is_baseline
 from ..schedule.by_context import build as build_by_context, context_rows
-from ..schedule.pick import ScheduleError, measurement_rows
+from ..schedule.pick import ScheduleError, speculative_drafters, measurement_rows
 from . import plots
 from .common import MEASURED, Section
 
@@ -71,7 +71,7 @@ def _curves(sec: Section, frame: pd.DataFrame, out: Path) -> None:
 
 def _best_d(sec: Section, data) -> None:
     rows = measurement_rows(data)
-    names = sorted(set(rows.loc[~rows["method"].map(is_baseline) & (rows["num_speculative_tokens"] > 0), "drafter"]))
+    names = speculative_drafters(rows)
     for name in names:
         try:
             sched = build_by_context(data, name)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..drafters.registry import is_baseline
-from ..schedule.pick import ScheduleError, build as build_schedule, load_of, measurement_rows, static_mask
+from ..schedule.pick import (ScheduleError, build as build_schedule, load_of, measurement_rows, speculative_drafters,
+                             static_mask)
 from ..schedule.verify import check
 from . import plots
 from .common import MEASURED, Section
@@ -49,7 +49,7 @@ def build(data, out: Path) -> Section:
         sec.text("No finished cells.")
         return sec
     static = rows[static_mask(rows)]
-    names = sorted(set(static.loc[~static["method"].map(is_baseline) & (static["num_speculative_tokens"] > 0), "drafter"]))
+    names = speculative_drafters(static)
     sec.text("Per load point, K = the smallest D whose speedup interval overlaps that of the best D among those "
              "whose interval lies above 1; K=0 where none does. `speedbench schedule RESULTS --drafter NAME` writes "
              "the JSON for vLLM's `num_speculative_tokens_per_batch_size` (docs/schedule.md).")

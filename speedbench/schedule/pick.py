@@ -153,8 +153,13 @@ def measurement_rows(data) -> pd.DataFrame:
     return rows
 
 
+def speculative_drafters(cells: pd.DataFrame) -> list[str]:
+    """The drafter configurations of the speculative cells (D >= 1), sorted: what a schedule is built for."""
+    return sorted(set(cells.loc[~cells["method"].map(is_baseline) & (cells["num_speculative_tokens"] > 0), "drafter"]))
+
+
 def pick_drafter(cells: pd.DataFrame, drafter: str | None) -> str:
-    names = sorted(set(cells.loc[~cells["method"].map(is_baseline) & (cells["num_speculative_tokens"] > 0), "drafter"]))
+    names = speculative_drafters(cells)
     if drafter is not None:
         if drafter not in names:
             raise ScheduleError(f"--drafter {drafter!r}: not in the results (drafters: {', '.join(names) or 'none'})")
