@@ -162,8 +162,7 @@ def assemble_cell(
     if notes.instability is not None or failed:
         values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
-             **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence,
-                                         cfg.n_resamples),
+             **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence, cfg.n_resamples),
              **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples), **notes.extra}
     cell = CellResult(
         **_key_fields(key),
