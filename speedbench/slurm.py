@@ -143,12 +143,6 @@ def gpus_per_node(device: Any, n_gpus: Any, partition: Any = None) -> int | None
     return count
 
 
-def register_resolver() -> None:
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("sb_slurm_gpus", gpus_per_node, replace=True)
-    OmegaConf.register_new_resolver("sb_slurm_cpus", cpus_per_task, replace=True)
-    OmegaConf.register_new_resolver("sb_slurm_mem_gb", mem_gb, replace=True)
-
-
-register_resolver()  # wherever the package composes a config (also in submitit's job processes)
+# The resolvers conf/hydra/launcher/slurm.yaml names (``${sb_slurm_gpus:...}``); registered by
+# ``config.hydra.register_resolvers``, not on import.
+RESOLVERS = {"sb_slurm_gpus": gpus_per_node, "sb_slurm_cpus": cpus_per_task, "sb_slurm_mem_gb": mem_gb}

@@ -5,6 +5,7 @@ as :class:`Schemas` (``backends.registry.schemas()``), so this package imports n
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
@@ -22,13 +23,23 @@ class Schemas:
     options: Mapping[str, type]  # backend name -> its options schema
 
 
+def register_resolvers() -> None:
+    """The package's OmegaConf resolvers (``${sb_run_dir:...}``, ``${sb_slurm_gpus:...}`` and its
+    siblings), registered where a config is composed or a Hydra job starts (``register_configs``; a
+    submitit job process: ``launchers.submitit.Stoppable.__call__``), never as a side effect of an import."""
+    from .. import slurm
+    from ..results import runlock
+
+    for name, resolver in {**runlock.RESOLVERS, **slurm.RESOLVERS}.items():
+        OmegaConf.register_new_resolver(name, resolver, replace=True)
+
+
 def register_configs(schemas: Schemas) -> None:
-    """Schemas in Hydra's ConfigStore: ``conf/<group>/*.yaml`` name theirs in their defaults list."""
+    """Schemas in Hydra's ConfigStore: ``conf/<group>/*.yaml`` name theirs in their defaults list
+    (and the resolvers the files use)."""
     from hydra.core.config_store import ConfigStore
 
-    from .. import slurm
-
-    slurm.register_resolver()  # ${sb_slurm_gpus:...} in conf/hydra/launcher/slurm.yaml
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in [
@@ -45,8 +56,9 @@ def register_configs(schemas: Schemas) -> None:
         cs.store(group="backend", name=f"schema_{backend}", node=BackendConfig(name=backend, options=options()))
 
 
-def to_run_config(cfg: DictConfig, schemas: Schemas) -> RunConfig:
-    """The composed Hydra config as a typed ``RunConfig`` (drops the ``hydra`` node).
+def to_run_config(cfg: DictConfig | Mapping, schemas: Schemas) -> RunConfig:
+    """The composed Hydra config (or its resolved container) as a typed ``RunConfig`` (drops the
+    ``hydra`` node).
 
     The drafter is merged into its method's schema and ``backend.options`` into its engine's,
     so a key that a method or an engine does not have fails here, naming it. Value checks are
@@ -54,7 +66,7 @@ def to_run_config(cfg: DictConfig, schemas: Schemas) -> RunConfig:
     """
     from omegaconf.errors import OmegaConfBaseException
 
-    data = OmegaConf.to_container(cfg, resolve=True)
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else copy.deepcopy(dict(cfg))
     data.pop("hydra", None)
     drafter = dict(data.pop("drafter", None) or {})
     backend = dict(data.pop("backend", None) or {})

@@ -2,7 +2,7 @@
 
 Both (``hydra_plugins.speedbench_launchers``: Hydra takes launchers only from there) are the
 hydra-submitit-launcher plugin's launchers with :class:`Stoppable`'s ``launch``, which takes care
-of two faults (the job side, ``__call__``, is the plugin's own):
+of two faults (the job side, ``__call__``, is the plugin's own, after registering the package's resolvers):
 
 * Stopping a sweep stops its jobs. While the launching process waits for its jobs, SIGTERM and
   SIGINT cancel every job it submitted through submitit's job objects
@@ -68,6 +68,14 @@ class Stoppable:
         executor.update_parameters(**{k if k in shared else f"{self._EXECUTOR}_{k}": v
                                       for k, v in self.params.items() if k not in own})
         return executor
+
+    def __call__(self, *args, **kwargs):
+        """The job side (in the job's own process): the package's resolvers first, since the job's
+        Hydra resolves ``hydra.sweep.dir`` (``${sb_run_dir:...}``) there; then the plugin's job."""
+        from ..config.hydra import register_resolvers
+
+        register_resolvers()
+        return super().__call__(*args, **kwargs)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int):
         from hydra.core.singleton import Singleton

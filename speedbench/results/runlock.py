@@ -47,10 +47,9 @@ def run_folder(results_dir: str, run_id: str) -> str:
     return str(folder)
 
 
-def register_resolver() -> None:
-    from omegaconf import OmegaConf
-
-    OmegaConf.register_new_resolver("sb_run_dir", run_folder, replace=True)
+# ``${sb_run_dir:...}`` (conf/config.yaml's hydra.run.dir and sweep dir); registered by
+# ``config.hydra.register_resolvers``, not on import.
+RESOLVERS = {"sb_run_dir": run_folder}
 
 
 def probe_writable(folder: Path) -> None:
@@ -135,4 +134,3 @@ def clean_temp(root: Path, own_cells: list[str]) -> list[Path]:
     return removed
 
 
-register_resolver()  # wherever the package runs a Hydra job (also submitit's job processes) the resolver exists

@@ -76,15 +76,16 @@ def _job(cfg, state: Invocation) -> None:
 
     state.started = True
     release_stderr()
-    redact.collect(OmegaConf.to_container(cfg, resolve=True))
+    composed = OmegaConf.to_container(cfg, resolve=True)  # the one read of Hydra's config: the rest reads this or the typed run
+    redact.collect(composed)
     redact.install_log_filter()
     sys.argv[:] = redact.redact(list(sys.argv))  # what W&B and tracebacks record
-    folder = RunFolder.of(cfg.results_dir, cfg.run_id)  # confined: Hydra's sb_run_dir resolved it
+    folder = RunFolder.of(composed["results_dir"], composed["run_id"])  # confined: Hydra's sb_run_dir resolved it
     fresh = folder.fresh
     redact.redact_tree(folder.hydra_dir)
     try:
         try:
-            run = to_run_config(cfg, schemas())
+            run = to_run_config(composed, schemas())
             if state.own.check:  # validation only: nothing loads, nothing is written
                 prepared = validation.prepare(run)
                 print(f"speedbench run --check: ok ({len(prepared.requests)} prompts; nothing loaded, nothing written)")
@@ -121,7 +122,6 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
     from .. import redact
     from ..backends.registry import schemas
     from ..config.hydra import register_configs
-    from ..results.runlock import register_resolver
     from . import callbacks
 
     config_dir = conf_dir()  # conf/ of a checkout, speedbench/conf of an installed wheel
@@ -129,8 +129,7 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
         raise UsageError(f"config folder not found at {config_dir}: this installation lacks the shipped configs (rebuild the wheel)")
     if _refuse_run_ids(argv, state.refusals):
         return 2, False
-    register_configs(schemas())
-    register_resolver()
+    register_configs(schemas())  # and the resolvers conf/ uses
     if any(a.startswith(("hydra/launcher=", "+hydra/launcher=")) for a in argv):
         register_launchers()
     callbacks.start(state.own.check)

@@ -24,7 +24,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from ..results import runlock  # noqa: F401 - registers the sb_run_dir resolver conf/config.yaml uses
 from ..results.layout import RunFolder
 from . import verdict as verdicts
 from .sweeps import SweepChecked, SweepRefused, check_jobs, job_overrides

@@ -34,6 +34,29 @@ def make_run(results_dir: Path, run_id: str, categories=("coding", "math", "writ
     return run
 
 
+def ci_benchmark_run(results_dir: Path, run_id: str, **kw) -> RunConfig:
+    """The project's CI benchmark (conf/experiment/ci_gate.yaml, composed as ``speedbench run
+    +experiment=ci_gate`` composes it), written under ``results_dir``: the measurement that
+    conf/gate/ci.yaml's speedup tolerance was calibrated on. A smaller run gated with that
+    tolerance would raise false alarms the calibration never saw."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from speedbench.backends.registry import schemas
+    from speedbench.cli import CONF_DIR
+    from speedbench.config.hydra import register_configs, to_run_config
+
+    GlobalHydra.instance().clear()
+    register_configs(schemas())
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        run = to_run_config(compose(config_name="config", overrides=["+experiment=ci_gate"]), schemas())
+    GlobalHydra.instance().clear()
+    run.results_dir, run.run_id = str(results_dir), run_id
+    for key, value in kw.items():
+        setattr(run, key, value)
+    return run
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """This checkout first on the path (the installed package may be another worktree), one thread."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)

@@ -121,3 +121,18 @@ def test_a_second_invocation_in_one_process_sees_nothing_of_the_first(tmp_path):
     assert not (tmp_path / "checked" / "cells").exists()  # --check measured nothing
     assert len(list((tmp_path / "ran" / "cells").glob("*.json"))) >= 2  # the sweep after it measured (not "checked")
     assert list((tmp_path / "single" / "cells").glob("*.json"))
+
+
+def test_importing_the_package_registers_no_resolver():
+    """Process-wide state comes from a call, not an import: the resolvers conf/ uses exist after
+    ``register_resolvers()`` (which composing a config and a submitit job call), not before."""
+    code = ("import speedbench.slurm, speedbench.results.runlock, speedbench.run.app, speedbench.run.callbacks\n"
+            "from omegaconf import OmegaConf\n"
+            "names = ('sb_run_dir', 'sb_slurm_gpus', 'sb_slurm_cpus', 'sb_slurm_mem_gb')\n"
+            "print([OmegaConf.has_resolver(n) for n in names])\n"
+            "from speedbench.config.hydra import register_resolvers\n"
+            "register_resolvers()\n"
+            "print([OmegaConf.has_resolver(n) for n in names])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[False, False, False, False]", "[True, True, True, True]"]
