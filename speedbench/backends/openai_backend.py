@@ -122,7 +122,11 @@ class OpenAIBackend(Backend):
         super().__init__(target, engine, seed)
         engine = self.engine  # options typed
         self.opts = dataclasses.asdict(engine.options)
-        problems = _server_problems(self.opts)  # baseline_url: the validation pass's preflight
+        self._open_client(target, _server_problems(self.opts))  # baseline_url: the validation pass's preflight
+
+    def _open_client(self, target, problems: list[str]) -> None:
+        """What a client of OpenAI-compatible servers holds (once its options passed ``problems``):
+        the request deadlines, the target's tokenizer, the served model names, the servers seen down."""
         if problems:
             raise ValueError(problems[0])
         self.deadlines = deadlines(self.opts)

@@ -33,9 +33,9 @@ from ..drafters.registry import is_baseline
 from ..results.layout import RunFolder
 from ..config import DrafterConfig
 from .base import Backend
-from .openai_backend import OpenAIBackend, _server_problems, deadlines
+from .openai_backend import OpenAIBackend, _server_problems
 from ..config.engine_options import SPEC_METRICS, choice_problem
-from .server_health import DownServers, server_root
+from .server_health import server_root
 from .server_set import PORT_PLACEHOLDERS, ServerSet, fill_placeholders, placeholder_names
 from .vllm.spec import on_cpu, speculative_config, synthetic_problems
 
@@ -113,13 +113,7 @@ class VllmServeBackend(OpenAIBackend):
     def __init__(self, target, engine, seed: int = 0) -> None:
         Backend.__init__(self, target, engine, seed)
         self.opts = _options(self.engine)
-        problems = self.preflight(self.engine, 1)
-        if problems:
-            raise ValueError(problems[0])
-        self.deadlines = deadlines(self.opts)
-        self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
-        self._models: dict[str, str] = {}
-        self.down = DownServers()
+        self._open_client(target, self.preflight(self.engine, 1))
         self.model_dir = models.local_dir(target.path)
         self._tmp_logs: str | None = None
         self.servers: ServerSet | None = None

@@ -62,15 +62,26 @@ def test_two_identical_runs_pass(results, baseline):
 
 @pytest.fixture(scope="module")
 def slowed(results, baseline):
-    return run_gate(baseline, measure_ci(results, "slowed", repeats=2, faults=FaultConfig(delay_ms=15)), load_config("ci"))  # not in the cell id
+    """A delay sized from the baseline's own step time to cost ~20% of the speedup (speedup' = 0.8 x
+    speedup needs every speculative step to take T_step / 4 longer), gated against the baseline. Two
+    paired repeats suffice for a loss far beyond the noise (the protocol is not in the cell id, nor is
+    ``faults``). (A 10% loss was caught in 36 of 36 pairs of CI-benchmark runs on this kind of machine,
+    measured by scripts/gate_false_alarms.py; a test that fails one run in twenty would only teach
+    people to rerun CI.)"""
+    from speedbench.results import ResultsStore
+
+    t_step_ms = float(ResultsStore(baseline).cells()["t_step_ms_spec"].mean())
+    current = measure_ci(results, "slowed", repeats=2, faults=FaultConfig(delay_ms=t_step_ms / 4))
+    return run_gate(baseline, current, load_config("ci"))
 
 
-def test_a_drafter_slowed_by_a_fixed_delay_fails_on_speedup(slowed):
+def test_a_delay_costing_20_percent_of_speedup_fails_on_speedup(slowed):
     report = slowed
     assert report.exit_code == 1
     (pooled,) = [c for c in report.checks if c.metric == "speedup" and c.cell_id == "ALL"]
     assert pooled.verdict == "regressed"  # ci.yaml gates speedup on the mean over cells
-    assert all(c.ratio < 0.75 for c in report.checks if c.metric == "speedup")  # and every cell shows it
+    assert 0.65 < pooled.ratio < 0.92, pooled  # the injected loss, measured
+    assert all(c.ratio < 0.95 for c in report.checks if c.metric == "speedup")  # and every cell shows it
     assert verdicts(report, "al") == {"pass"}  # same tokens, same acceptance: only time moved
 
 
@@ -94,22 +105,6 @@ def test_the_slowed_gate_prints_what_docs_ci_gate_md_says(slowed):
     tail = next(q for q in quoted if q.startswith("FAIL"))
     assert text.splitlines()[-1] == tail, (text.splitlines()[-1], tail)
     assert slowed.exit_code == int(said.group(2))
-
-
-def test_a_slowdown_costing_20_percent_of_speedup_fails(results, baseline):
-    """A delay sized from the baseline's own step time to cost ~20% of the speedup (speedup' = 0.8 x
-    speedup needs every speculative step to take T_step / 4 longer) is caught by the CI gate every time.
-    (A 10% loss was caught in 36 of 36 pairs of CI-benchmark runs on this kind of machine, measured by
-    scripts/gate_false_alarms.py; a test that fails one run in twenty would only teach people to rerun CI.)"""
-    from speedbench.results import ResultsStore
-
-    t_step_ms = float(ResultsStore(baseline).cells()["t_step_ms_spec"].mean())
-    current = measure_ci(results, "slowed20", faults=FaultConfig(delay_ms=t_step_ms / 4))
-    report = run_gate(baseline, current, load_config("ci"))
-    (pooled,) = [c for c in report.checks if c.metric == "speedup" and c.cell_id == "ALL"]
-    assert 0.65 < pooled.ratio < 0.92, pooled  # the injected loss, measured
-    assert report.exit_code == 1 and pooled.verdict == "regressed", pooled
-    assert verdicts(report, "al") == {"pass"}
 
 
 def test_a_draft_model_replaced_by_a_random_one_fails_on_al(results, tmp_path):
