@@ -28,7 +28,7 @@ SMALL = ["dataset=smoke", "dataset.categories=[coding]", "dataset.n_requests=1",
 # run lines that pass --check here but are run elsewhere in the suite (or cannot run here), with the reason
 NOT_RUN_HERE = {
     "backend=vllm": "vLLM starts an engine per configuration (minutes): tests/engine/test_vllm_cli.py and the vLLM engine tests run it",
-    "backend=openai": "needs a server: tests/engine/test_openai_vllm_servers.py runs two real ones",
+    "backend=openai": "needs a server: tests/engine/test_vllm_serve.py runs two real ones",
     "hydra/launcher=local": "submitit job processes: tests/e2e/test_submitit_local.py",
     "logger.mode=online": "needs the W&B service",
 }
