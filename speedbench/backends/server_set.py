@@ -23,12 +23,16 @@ start one more, the oldest server not needed now is stopped first, whichever set
 Every live server is also known to this module: an ``atexit`` hook and SIGTERM / SIGHUP
 handlers (installed with the first start) stop them all, so a normal exit, a failure, Ctrl-C
 (KeyboardInterrupt unwinds to the hook) and a SIGTERM of the harness all stop the servers.
+Servers are stopped together (one thread each): SIGTERM to the group, SIGKILL after
+``STOP_GRACE_S`` for a ready server, after ``STARTING_GRACE_S`` for one still starting (vLLM's
+ignores SIGTERM until its engine is up).
 """
 from __future__ import annotations
 
 import atexit
 import itertools
 import logging
+import math
 import os
 import re
 import signal
@@ -43,7 +47,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
-STOP_GRACE_S = 20.0
+STOP_GRACE_S = 20.0  # a ready server: time to finish its requests and exit on SIGTERM
+# a server still starting: vLLM's ignores SIGTERM until its engine is up (measured: alive 40 s after
+# it) and has no request to finish, so it is SIGKILLed sooner
+STARTING_GRACE_S = 2.0
 STARTUP_NOTE_S = 15.0  # while a server starts, a line on stderr this often (its time so far and last log line)
 _LIVE: dict[int, "Server"] = {}
 _LOCK = threading.Lock()
@@ -137,6 +144,10 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def ready(self) -> bool:
+        """Its health check answered 200 (``wait_ready`` returned)."""
+        return math.isfinite(self.startup_s)
+
     def wait_ready(self, timeout_s: float) -> float:
         """Block until the health check answers 200; returns the start-up time. Raises (and stops the
         server) when it exits or is not ready within ``timeout_s``."""
@@ -189,7 +200,8 @@ class Server:
             return
         with _LOCK:
             _LIVE.pop(proc.pid, None)
-        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 10.0)):
+        grace = STOP_GRACE_S if self.ready() else STARTING_GRACE_S
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
@@ -293,8 +305,7 @@ class ServerSet:
                 server.wait_ready(self.ready_timeout_s)
                 self.starts.append({"role": server.role, "startup_s": server.startup_s})
         except BaseException:
-            for server in started:
-                server.stop()
+            stop_servers(started)
             for k in [k for k, s in self.servers.items() if s in started]:
                 self.servers.pop(k)
             raise
@@ -316,19 +327,36 @@ class ServerSet:
         return [s.pid for s in self.servers.values() if s.pid is not None]
 
     def close(self) -> None:
-        while self.servers:
-            self.servers.pop(next(iter(self.servers))).stop()
+        servers = list(self.servers.values())
+        self.servers.clear()
+        stop_servers(servers)
+
+
+def stop_servers(servers: list[Server]) -> None:
+    """Stop ``servers`` at once, each on its own thread: the wait is the slowest one's grace, not the sum."""
+    def stop(server: Server) -> None:
+        try:
+            server.stop()
+        except Exception:  # noqa: BLE001 - best effort: the others are still stopped
+            log.exception("stopping server %s", server.role)
+
+    threads = []
+    for server in servers:
+        thread = threading.Thread(target=stop, args=(server,), name=f"server-stop-{server.role}", daemon=True)
+        try:
+            thread.start()
+            threads.append(thread)
+        except RuntimeError:  # no new thread at interpreter shutdown (atexit on newer Pythons): one after another
+            stop(server)
+    for thread in threads:
+        thread.join()
 
 
 def stop_all() -> None:
     """Stop every server this process started (atexit, signal handlers)."""
     with _LOCK:
         live = list(_LIVE.values())
-    for server in live:
-        try:
-            server.stop()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
+    stop_servers(live)
 
 
 def _install_handlers() -> None:

@@ -253,8 +253,14 @@ def test_sigterm_of_a_harness_run_leaves_no_server_process(engine_models, tmp_pa
         pgids = {int(m) for p in logs.glob("server-*.log") for m in re.findall(r"# pid (\d+)", p.read_text(errors="ignore"))}
         time.sleep(0.5)
     assert len(pgids) == 2, harness.stderr.read().decode()[-2000:] if harness.poll() is not None else "no server logs"
-    time.sleep(8)  # the servers are now starting their engine processes
-    assert group_members(pgids)
+
+    def every_server_has_a_child():  # each server has started its engine process: SIGTERM lands mid-start-up
+        return all(len(group_members({g})) > 1 for g in pgids)
+
+    deadline = time.monotonic() + 90
+    while not every_server_has_a_child() and time.monotonic() < deadline and harness.poll() is None:
+        time.sleep(0.5)
+    assert every_server_has_a_child(), "a server started no engine process within 90 s"
     harness.send_signal(signal.SIGTERM)
     harness.wait(timeout=120)
     assert harness.returncode != 0

@@ -192,6 +192,47 @@ def test_sigkill_of_the_harness_still_stops_its_servers(tmp_path):
     assert not any(alive(p) for p in pids)  # PR_SET_PDEATHSIG
 
 
+# a server that notes every SIGTERM (time.time(), to the file it is given) and goes on: as vLLM's does while it starts
+DEAF = [sys.executable, "-c", "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: open(sys.argv[1], 'a').write(repr(time.time()) + '\\n'))\n"
+        "time.sleep(600)\n"]
+DEAF_HTTP = [sys.executable, "-c", "import runpy, signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+             "sys.argv = ['http.server', '--bind', '127.0.0.1', *sys.argv[1:]]\nrunpy.run_module('http.server', run_name='__main__')\n"]
+
+
+def test_servers_still_starting_are_killed_together_after_the_short_grace(tmp_path, monkeypatch):
+    """Stopping two servers that ignore SIGTERM while they start: both get SIGTERM at once (one thread each,
+    not one after the other's grace) and SIGKILL after STARTING_GRACE_S, not the ready servers' STOP_GRACE_S."""
+    from speedbench.backends import server_set
+
+    monkeypatch.setattr(server_set, "STOP_GRACE_S", 600.0)
+    notes = [tmp_path / "a.sigterm", tmp_path / "b.sigterm"]
+    servers = [server_set.Server(role, [*DEAF, str(note)], tmp_path / f"{role}.log", port_args=PORT)
+               for role, note in zip(("a", "b"), notes)]
+    for server in servers:
+        server.start()
+    time.sleep(1.0)  # both have installed their handler
+    t0 = time.monotonic()
+    server_set.stop_servers(servers)
+    assert time.monotonic() - t0 < 60  # not the 600-s grace of a ready server
+    assert [s.proc.returncode for s in servers] == [-signal.SIGKILL] * 2
+    first = [float(n.read_text().split()[0]) for n in notes]
+    assert abs(first[0] - first[1]) < server_set.STARTING_GRACE_S  # one after the other would be a grace apart
+
+
+def test_a_ready_server_gets_the_long_grace(tmp_path, monkeypatch):
+    from speedbench.backends import server_set
+
+    monkeypatch.setattr(server_set, "STOP_GRACE_S", 3.0)
+    monkeypatch.setattr(server_set, "STARTING_GRACE_S", 0.1)
+    with ServerSet(tmp_path, ready_timeout_s=30, health_path="/", port_args=PORT) as servers:
+        (server,) = servers.ensure([("a", "baseline", DEAF_HTTP)])
+        assert server.ready()
+        t0 = time.monotonic()
+        servers.close()
+        assert time.monotonic() - t0 >= 2.9 and server.proc.returncode == -signal.SIGKILL
+
+
 def _backend(**options):
     b = VllmServeBackend(ModelConfig(name="tiny", path="random:tiny-target"),
                          BackendConfig(name="vllm_serve", options=options))
