@@ -23,7 +23,7 @@ def test_gate_ci_keeps_the_run_it_gated(tmp_path):
     assert res.returncode in (0, 1), res.stdout[-3000:] + res.stderr[-3000:]  # a verdict (timing decides which)
     run = out / "run" / "ci-default"
     cells = ResultsStore(run).cells()
-    assert len(cells) and (cells.status == "ok").all()
+    assert len(cells) and (cells.status == "ok").all(), (res.returncode, res.stdout[-3000:] + res.stderr[-3000:])
     assert not (run / "stale-marker").exists()  # measured again, not resumed from the last gated run
     gate = json.loads((out / "gate.json").read_text())
     assert Path(gate["current"]).resolve() == run.resolve(), gate.get("current")
