@@ -1,22 +1,80 @@
 #!/usr/bin/env bash
-# CI regression gate: run the fixed CI benchmark (conf/experiment/ci_gate.yaml) into
-# OUT_DIR/run/ and gate it against the committed baseline results/baselines/ci-default/
-# with conf/gate/ci.yaml; the gated run stays there, for CI to upload with the verdict.
-# Exit 0 pass, 1 regression, 2 config error, 3 mismatched cells (the benchmark's settings
-# changed: regenerate the baseline with scripts/update-baseline.sh), 4 nothing gated.
+# CI regression gate: run the fixed CI benchmark (conf/experiment/ci_gate.yaml) and gate it twice
+# with conf/gate/ci.yaml:
+#   1. AL against the committed baseline results/baselines/ci-default/ (greedy AL is a fact of the
+#      models and the code: the same on every machine);
+#   2. AL and speedup against the reference: the code of the commit that wrote that baseline (its
+#      provenance names it), measured on this machine, now, with the same command. A speedup is a
+#      fact of the machine too (the n-gram drafter's fixed cost against a faster or slower forward
+#      pass): the committed baseline's pooled speedup 1.047 came out 0.93 on a CPU whose forward
+#      pass was three times faster, so only a reference measured here tells whether the code got slower.
+# Sequential confirmation: when the speedup regresses, a second pair (current first, then the
+# reference) is measured and the gate fails only if that pair regresses too. Two identical-code
+# pairs both crossing the line is far rarer than one; a real loss crosses it in both.
+# The gated runs stay in OUT_DIR (run/, reference/, and confirm/ when measured), for CI to upload
+# with the verdicts.
+# Exit 0 pass, 1 regression, 2 config error (or no reference commit to re-measure), 3 mismatched
+# cells (the benchmark's settings changed: regenerate the baseline with scripts/update-baseline.sh),
+# 4 nothing gated.
 #
-#   bash scripts/gate-ci.sh [OUT_DIR]     # OUT_DIR receives gate.json, gate-junit.xml and run/ci-default/
+#   bash scripts/gate-ci.sh [OUT_DIR]   # OUT_DIR receives gate-al.json, gate.json, gate-junit.xml, run/, reference/
+#   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=2" bash scripts/gate-ci.sh   # check that a slowed checkout fails
 set -euo pipefail
 source "$(dirname "$0")/ci-env.sh"
 out="${1:-$repo/results/runs/gate-ci}"
-run="$out/run"
 
 if [ ! -d "$baseline/cells" ]; then
   echo "gate-ci: no baseline at $baseline; create it with scripts/update-baseline.sh" >&2
   exit 2
 fi
-rm -rf "$run/ci-default"  # a fixed run_id: a previous gated run would be resumed, not measured again
-mkdir -p "$run"
-python3 -m speedbench.cli run +experiment=ci_gate results_dir="$run" hydra/job_logging=disabled
-python3 -m speedbench.cli gate --baseline "$baseline" --current "$run/ci-default" --config ci \
-  --json "$out/gate.json" --junit "$out/gate-junit.xml"
+sha=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["git"]["sha"] or "")' "$baseline/provenance.json")
+if ! git cat-file -e "${sha:-none}^{commit}" 2>/dev/null; then
+  echo "gate-ci: $baseline/provenance.json names commit '$sha', which this clone does not have:" \
+       "the speedup reference cannot be measured (clone the full history, or regenerate the baseline)" >&2
+  exit 2
+fi
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+git archive "$sha" | tar -x -C "$src"   # the reference commit's code, models and configs
+
+measure() {  # measure reference|current RESULTS_DIR: one CI benchmark run in a fresh process
+  rm -rf "$2"  # run_id is fixed: a previous gated run would be resumed, not measured again
+  mkdir -p "$2"
+  if [ "$1" = reference ]; then
+    echo "gate-ci: measuring the reference (commit ${sha:0:12}) into $2"
+    (cd "$src" && PYTHONPATH="$src" python3 -m speedbench.cli run +experiment=ci_gate results_dir="$2" \
+       hydra/job_logging=disabled)
+  else
+    echo "gate-ci: measuring this checkout into $2"
+    # shellcheck disable=SC2086  # GATE_CI_CURRENT_OVERRIDES: Hydra overrides for this checkout's runs only
+    python3 -m speedbench.cli run +experiment=ci_gate results_dir="$2" hydra/job_logging=disabled \
+      ${GATE_CI_CURRENT_OVERRIDES:-}
+  fi
+}
+gate() {  # gate BASELINE_RUN CURRENT_RUN JSON [gate options]
+  local status=0
+  python3 -m speedbench.cli gate --baseline "$1" --current "$2" --config ci --json "$3" "${@:4}" || status=$?
+  return "$status"
+}
+speedup_only() {  # did the verdict in JSON fail on speedup alone (AL passed)?
+  python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["checks"]
+bad = {x["metric"] for x in c if x["verdict"] in ("regressed", "failed")}
+sys.exit(0 if bad == {"speedup"} else 1)' "$1"
+}
+
+measure reference "$out/reference"
+measure current "$out/run"
+status=0
+gate "$baseline" "$out/run/ci-default" "$out/gate-al.json" --metric al || status=$?
+first=0
+gate "$out/reference/ci-default" "$out/run/ci-default" "$out/gate.json" --junit "$out/gate-junit.xml" || first=$?
+if [ "$first" = 1 ] && speedup_only "$out/gate.json"; then
+  echo "gate-ci: speedup regressed in the first pair; confirming with a second pair (current first this time)"
+  measure current "$out/confirm/run"
+  measure reference "$out/confirm/reference"
+  first=0
+  gate "$out/confirm/reference/ci-default" "$out/confirm/run/ci-default" "$out/gate-confirm.json" \
+    --junit "$out/gate-junit.xml" || first=$?
+  [ "$first" = 0 ] && echo "gate-ci: the second pair passed: the first pair's regression was not confirmed"
+fi
+exit $(( status ? status : first ))

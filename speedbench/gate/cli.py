@@ -23,6 +23,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="gate config: a YAML path or a name in conf/gate/ (default: default)")
     parser.add_argument("--json", type=Path, default=None, help="write the verdict as JSON here")
     parser.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
+    parser.add_argument("--metric", action="append", default=None, metavar="NAME",
+                        help="gate only this metric of the config (repeatable; default: every metric it names)")
     parser.add_argument("--allow-nothing-gated", action="store_true",
                         help="exit 0 when no check could be judged (every cell below min_requests); default: exit 4")
 
@@ -50,6 +52,13 @@ def main(args: argparse.Namespace) -> int:
             return EXIT_CONFIG
     if getattr(args, "allow_nothing_gated", False):
         cfg = replace(cfg, allow_nothing_gated=True)
+    if getattr(args, "metric", None):
+        unknown = sorted(set(args.metric) - set(cfg.rules))
+        if unknown:
+            print(f"speedbench gate: --metric {', '.join(unknown)}: not gated by config {args.config} "
+                  f"(it gates {', '.join(sorted(cfg.rules))})", file=sys.stderr)
+            return EXIT_CONFIG
+        cfg = replace(cfg, rules={name: rule for name, rule in cfg.rules.items() if name in args.metric})
     try:
         report = run_gate(args.baseline, args.current, cfg)
     except GateInputError as exc:

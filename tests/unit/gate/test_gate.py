@@ -63,6 +63,19 @@ def test_a_slower_speculative_run_fails_with_json_and_junit(tmp_path, capsys):
     assert all(f.get("type") == "regressed" for f in suite.iter("failure"))
 
 
+def test_metric_gates_only_that_metric_of_the_config(tmp_path, capsys):
+    current = copy_results(tmp_path / "current")
+    slow_down_spec(current, 1.6)  # a speedup loss: not judged when only AL is gated
+    assert gate(shared_results(), current, "--metric", "al", "--json", str(tmp_path / "g.json")) == 0
+    checks = json.loads((tmp_path / "g.json").read_text())["checks"]
+    assert checks and {c["metric"] for c in checks} == {"al"}
+    capsys.readouterr()
+    assert gate(shared_results(), current, "--metric", "tpot", "--json", str(tmp_path / "h.json")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--metric tpot" in err[0] and "al, speedup" in err[0], err
+    assert not (tmp_path / "h.json").exists()
+
+
 def test_per_cell_false_gates_only_the_pooled_row(tmp_path):
     current = copy_results(tmp_path / "current")
     slow_down_spec(current, 1.6)
