@@ -19,6 +19,10 @@ verification times rose too, a cause not isolated), so one calibration run (``ca
 guess causes (1 - the median pooled speedup ratio against the identical runs) and the delay is
 rescaled so that its odds f / (1 - f) match. The slowed runs' median pooled ratio is printed:
 it should be about 1 - f.
+
+Each rate is also printed for ``scripts/gate-ci.sh``'s sequential rule: a failing pair counts only
+when a second pair, disjoint from it (another reference run and another current run), fails too;
+the rate is over every such (pair, confirming pair) combination.
 """
 from __future__ import annotations
 
@@ -90,6 +94,12 @@ def gate_pairs(pairs, cfg) -> tuple[int, list]:
     return failed, reports
 
 
+def confirmed(fails: dict[tuple[Path, Path], bool]) -> tuple[int, int]:
+    """(combinations where a pair and a disjoint confirming pair both failed, combinations): gate-ci.sh's rule."""
+    combos = [(p, q) for p in fails for q in fails if p[0] != q[0] and p[1] != q[1] and not set(p) & set(q)]
+    return sum(fails[p] and fails[q] for p, q in combos), len(combos)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
@@ -118,11 +128,12 @@ def main() -> int:
             have = run_benchmarks(out, args.slowed, [*args.overrides, f"faults.delay_ms={delay:.4f}"], name)
         slowed[frac] = have
     pairs = list(itertools.permutations(runs, 2))
-    failed_pairs, failed_checks, ratios = 0, Counter(), {}
+    failed_pairs, failed_checks, ratios, fails = 0, Counter(), {}, {}
     for base, cur in pairs:
         report = run_gate(base, cur, cfg)
         bad = [c for c in report.checks if c.verdict in BAD]
         failed_pairs += report.exit_code != 0
+        fails[(base, cur)] = report.exit_code != 0
         for c in report.checks:
             ratios.setdefault((c.metric, c.cell_id == "ALL"), []).append((c.ratio, c.low, c.high))
         failed_checks.update(f"{c.metric} {c.label}" for c in bad)
@@ -130,6 +141,8 @@ def main() -> int:
     print(f"{len(runs)} runs, {len(pairs)} ordered pairs gated with {args.config}")
     print(f"false alarms: {failed_pairs}/{len(pairs)} pairs ({failed_pairs / len(pairs):.1%}); "
           f"{sum(failed_checks.values())}/{n_checks} checks")
+    both, combos = confirmed(fails)
+    print(f"false alarms with a confirming pair (gate-ci.sh): {both}/{combos} ({both / max(combos, 1):.1%})")
     for check, n in failed_checks.most_common():
         print(f"  {n:3d}  {check}")
     for (metric, pooled), vals in sorted(ratios.items()):
@@ -140,12 +153,14 @@ def main() -> int:
     for frac, slow_runs in slowed.items():
         pairs = [(b, c) for b in runs for c in slow_runs]
         caught, reports = gate_pairs(pairs, cfg)
+        both, combos = confirmed({pair: r.exit_code != 0 for pair, r in zip(pairs, reports)})
         checks = pooled_speedup_checks(reports)
         pooled, highs = [c.ratio for c in checks], [c.high for c in checks]
         print(f"slowdown {frac:.0%}: detected {caught}/{len(pairs)} pairs ({caught / len(pairs):.1%}); pooled speedup "
               f"ratio median {statistics.median(pooled) if pooled else float('nan'):.3f} (aimed at {1 - frac:.3f}), "
               f"range [{min(pooled, default=float('nan')):.3f}, {max(pooled, default=float('nan')):.3f}], "
-              f"largest CI upper bound {max(highs, default=float('nan')):.3f}")
+              f"largest CI upper bound {max(highs, default=float('nan')):.3f}; with a confirming pair (gate-ci.sh): "
+              f"{both}/{combos} ({both / max(combos, 1):.1%})")
     return 0
 
 
