@@ -6,6 +6,13 @@
 #   bash scripts/update-baseline.sh
 set -euo pipefail
 source "$(dirname "$0")/ci-env.sh"
+# The baseline's provenance names the commit it was measured at, and scripts/gate-ci.sh re-measures
+# that commit's code as the speedup reference: uncommitted code would measure one thing and name another.
+dirty=$(git status --porcelain --untracked-files=no -- speedbench conf hydra_plugins setup.py pyproject.toml)
+if [ -n "$dirty" ]; then
+  echo "update-baseline: commit these first (the baseline names the commit gate-ci.sh re-measures): $(echo $dirty | cut -c1-200)" >&2
+  exit 2
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
