@@ -69,10 +69,16 @@ class GateConfig:
     min_requests: int = 2  # fewer matched requests in a cell: reported, not gated
     pooled: bool = True  # also gate the geometric mean over all cells
     allow_nothing_gated: bool = False  # true: a run where no check was judged passes (exit 0)
+    # How many percent a speedup moves per percent of machine speed (the share of a speculative step that
+    # does not get faster with the machine, measured by scripts/speed_vs_speedup.py on repeated runs of
+    # the benchmark). > 0: each speedup ratio is divided by (current / baseline no-speculation step
+    # time) ** speed_elasticity, so a run on a slower or faster moment of the machine is compared as if
+    # at the baseline run's speed. 0: ratios as measured.
+    speed_elasticity: float = 0.0
 
 
 SCALARS = {"confidence": float, "n_resamples": int, "seed": int, "min_requests": int, "pooled": bool,
-           "allow_nothing_gated": bool}
+           "allow_nothing_gated": bool, "speed_elasticity": float}
 
 
 def load_config(path_or_name: str | Path) -> GateConfig:
@@ -109,6 +115,8 @@ def load_config(path_or_name: str | Path) -> GateConfig:
     cfg = GateConfig(rules=rules, **kwargs)
     if not cfg.pooled and not all(r.per_cell for r in rules.values()):
         raise GateConfigError(f"gate config {path}: per_cell: false needs pooled: true (else the metric is never gated)")
+    if not 0 <= cfg.speed_elasticity < 1:
+        raise GateConfigError(f"gate config {path}: speed_elasticity must be in [0, 1), got {cfg.speed_elasticity!r}")
     if not 0.5 <= cfg.confidence < 1 or cfg.n_resamples < 100 or cfg.min_requests < 1:
         raise GateConfigError(f"gate config {path}: need 0.5 <= confidence < 1, n_resamples >= 100, min_requests >= 1")
     return cfg
@@ -161,6 +169,11 @@ class GateReport:
     missing: list[str] = field(default_factory=list)  # "cell_id (label)" in baseline, absent from current
     new: list[str] = field(default_factory=list)  # in current only: not gated
     prompts_differ: list[str] = field(default_factory=list)  # "cell_id (label)": matched settings, other prompts
+    # current / baseline no-speculation step time (geometric mean over matched ok cells): how much faster or
+    # slower the machine ran the same forward passes. A speedup moves with it (the drafter's and the loop's
+    # fixed cost weighs more on a faster machine), so a speedup ratio far from 1 beside a step ratio far
+    # from 1 may be the machine's, not the code's. NaN where a side lacks the column.
+    step_ratio: float = math.nan
 
     @property
     def nothing_gated(self) -> bool:
@@ -277,6 +290,8 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             rng = np.random.default_rng([cfg.seed, int(seed, 16) if _is_hex(seed) else 0])
             est = gate_stats.compare(metric, reqs_b, reqs_c, cfg.confidence, cfg.n_resamples, rng)
             note = ""
+            if metric == "speedup" and cfg.speed_elasticity > 0:
+                est, note = speed_adjusted(est, step_ratio([(b, c)]), cfg.speed_elasticity)
         if math.isnan(est.baseline):
             verdict, note = NA, "no baseline measurement"
         elif math.isnan(est.current):
@@ -336,6 +351,7 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
             if est is not None:
                 estimates[check.metric].append(est)
                 shaky[check.metric] += bool(unstable_sides(base_rows[key], cur_rows[key]))
+    report.step_ratio = step_ratio([(base_rows[k], cur_rows[k]) for k in sorted(set(base_rows) & set(cur_rows))])
     if cfg.pooled:
         for metric, ests in estimates.items():
             if len(ests) < (2 if cfg.rules[metric].per_cell else 1):  # one gated cell: the pool adds nothing
@@ -349,3 +365,26 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
                       sum(e.n_requests for e in ests), verdict, note, detectable_loss(low, high, tol, cfg.confidence))
             )
     return report
+
+
+def step_ratio(pairs: list[tuple[dict, dict]]) -> float:
+    """Geometric mean over matched ok cells of current / baseline ``t_step_ms_baseline`` (NaN without any)."""
+    logs = []
+    for b, c in pairs:
+        vb, vc = b.get("t_step_ms_baseline"), c.get("t_step_ms_baseline")
+        usable = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (vb, vc))
+        if usable and b["status"] == STATUS_OK and c["status"] == STATUS_OK:
+            logs.append(math.log(vc / vb))
+    return math.exp(sum(logs) / len(logs)) if logs else math.nan
+
+
+def speed_adjusted(est: gate_stats.RatioEstimate, steps: float, elasticity: float) -> tuple[gate_stats.RatioEstimate, str]:
+    """``est`` as if the current run had run at the baseline run's machine speed: the ratio, its interval and
+    its bootstrap samples divided by ``steps ** elasticity`` (``steps``: current / baseline no-speculation
+    step time of the cell). Unchanged, with a note, when a side lacks the step time."""
+    if not (math.isfinite(steps) and steps > 0):
+        return est, "not speed-adjusted: no no-speculation step time on one side"
+    f = steps ** -elasticity
+    adjusted = gate_stats.RatioEstimate(est.baseline, est.current, est.ratio * f, est.low * f, est.high * f, est.n_requests,
+                                        est.samples * f)
+    return adjusted, f"speed-adjusted x{f:.3f} (steps {steps:.2f}x)"

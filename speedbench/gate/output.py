@@ -37,6 +37,17 @@ def detection_line(report: GateReport) -> str:
             "confidence, from this run's own noise; smaller losses pass unseen")
 
 
+def speed_line(report: GateReport) -> str:
+    """How fast the machine ran the same no-speculation steps in the current run against the baseline run."""
+    r = report.step_ratio
+    if not math.isfinite(r):
+        return ""
+    how = "slower" if r > 1 else "faster"
+    return (f"machine speed: the current run's no-speculation steps took {r:.2f}x the baseline run's ({abs(r - 1):.0%} "
+            f"{how}); speedups shift with machine speed (drafting and bookkeeping cost the same on a faster machine, "
+            "the forward pass less): compare runs measured on one machine, close in time")
+
+
 def format_report(report: GateReport) -> str:
     conf = f"{report.config.confidence:.0%}"
     head = (f"{'cell':<16} {'case':<34} {'metric':<8} {'baseline':>9} {'current':>9} {'ratio':>7} {conf + ' CI':>17} "
@@ -74,8 +85,8 @@ def format_report(report: GateReport) -> str:
         tail = "PASS (nothing gated: allowed by allow_nothing_gated)"
     else:
         tail = "PASS"
-    detect = detection_line(report)
-    return "\n".join(lines + ([detect] if detect else []) + [tail])
+    notes = [detection_line(report), speed_line(report) if "speedup" in report.config.rules else ""]
+    return "\n".join(lines + [n for n in notes if n] + [tail])
 
 
 def to_dict(report: GateReport) -> dict:
@@ -87,6 +98,7 @@ def to_dict(report: GateReport) -> dict:
         "config": asdict(report.config),
         "checks": [asdict(c) for c in report.checks],
         "could_detect": detection_line(report),
+        "step_ratio": report.step_ratio,
         "missing_in_current": report.missing,
         "new_in_current": report.new,
         "prompts_differ": report.prompts_differ,

@@ -76,6 +76,42 @@ def test_metric_gates_only_that_metric_of_the_config(tmp_path, capsys):
     assert not (tmp_path / "h.json").exists()
 
 
+def test_the_verdict_says_how_fast_the_machine_ran_the_baseline_steps(tmp_path, capsys):
+    current = copy_results(tmp_path / "current")
+    for cell in (current / "cells").glob("*.json"):  # the same forward passes, 25% slower
+        row = json.loads(cell.read_text())
+        row["t_step_ms_baseline"] *= 1.25
+        cell.write_text(json.dumps(row))
+    gate(shared_results(), current, "--json", str(tmp_path / "g.json"))
+    assert json.loads((tmp_path / "g.json").read_text())["step_ratio"] == pytest.approx(1.25)
+    assert "steps took 1.25x the baseline run's (25% slower)" in capsys.readouterr().out
+    gate(shared_results(), shared_results(), "--metric", "al")  # no speedup gated: no speed line
+    assert "machine speed" not in capsys.readouterr().out
+
+
+def test_speed_elasticity_compares_speedups_at_the_baseline_runs_machine_speed(tmp_path):
+    """The same speedups on a machine 21% slower: with elasticity 0.5 every speedup ratio is divided by
+    1.21 ** 0.5 = 1.1 (interval and pooled row too), and a cell without a step time is left as measured."""
+    current = copy_results(tmp_path / "current")
+    cells = sorted((current / "cells").glob("*.json"))
+    for cell in cells:
+        row = json.loads(cell.read_text())
+        row["t_step_ms_baseline"] *= 1.21
+        cell.write_text(json.dumps(row))
+    cfg_path = tmp_path / "g.yaml"
+    cfg_path.write_text("speedup: {tolerance: 0.5}\nspeed_elasticity: 0.5\n")
+    raw = {(c.cell_id, c.metric): c for c in run_gate(shared_results(), current, load_config("default")).checks}
+    adjusted = run_gate(shared_results(), current, load_config(cfg_path))
+    for c in adjusted.checks:
+        r = raw[(c.cell_id, "speedup")]
+        assert (c.ratio, c.low, c.high) == pytest.approx((r.ratio / 1.1, r.low / 1.1, r.high / 1.1)), c
+        assert c.cell_id == "ALL" or "speed-adjusted x0.909 (steps 1.21x)" in c.note
+    row = json.loads(cells[0].read_text())
+    cells[0].write_text(json.dumps({**row, "t_step_ms_baseline": None}))
+    lone = next(c for c in run_gate(shared_results(), current, load_config(cfg_path)).checks if c.cell_id == cells[0].stem)
+    assert lone.ratio == pytest.approx(raw[(cells[0].stem, "speedup")].ratio) and "not speed-adjusted" in lone.note
+
+
 def test_per_cell_false_gates_only_the_pooled_row(tmp_path):
     current = copy_results(tmp_path / "current")
     slow_down_spec(current, 1.6)
@@ -146,6 +182,7 @@ def test_without_per_request_records_the_gate_compares_points(tmp_path):
         ("al: [unclosed\n", "gate config"),
         ("al: {tolerance: 0.02, per_cell: maybe}\n", "al.per_cell must be true or false"),
         ("al: {tolerance: 0.02, per_cell: false}\npooled: false\n", "per_cell: false needs pooled: true"),
+        ("speedup: {tolerance: 0.02}\nspeed_elasticity: 1.5\n", "speed_elasticity must be in"),
     ],
 )
 def test_config_errors_exit_2_naming_the_key(tmp_path, capsys, text, message):
