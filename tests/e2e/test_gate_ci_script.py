@@ -19,8 +19,10 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     stale = out / "run" / "ci-default"
     stale.mkdir(parents=True)
     (stale / "stale-marker").write_text("a previous gated run\n")
-    # 1 ms more per draft phase: at least a third of the speedup on any CPU this runs on (a step is ~1-4 ms)
-    env = dict(os.environ, GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1")
+    # 1 ms more per draft phase: at least a third of the speedup on any CPU this runs on (a step is ~1-4 ms);
+    # a loss that size needs 2 paired repeats, not 6 (neither the protocol nor the fault is in the cell id)
+    slowed = "faults.delay_ms=1 protocol.min_repeats=2 protocol.max_repeats=2"
+    env = dict(os.environ, GATE_CI_CURRENT_OVERRIDES=slowed)
     res = subprocess.run(["bash", str(ROOT / "scripts" / "gate-ci.sh"), str(out)], capture_output=True, text=True,
                          timeout=900, env=env)
     shown = res.stdout[-4000:] + res.stderr[-3000:]
