@@ -18,7 +18,7 @@
 # 4 nothing gated.
 #
 #   bash scripts/gate-ci.sh [OUT_DIR]   # OUT_DIR receives gate-al.json, gate.json, gate-junit.xml, run/, reference/
-#   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=2" bash scripts/gate-ci.sh   # check that a slowed checkout fails
+#   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1" bash scripts/gate-ci.sh   # check that a slowed checkout fails
 set -euo pipefail
 source "$(dirname "$0")/ci-env.sh"
 out="${1:-$repo/results/runs/gate-ci}"
@@ -51,10 +51,8 @@ measure() {  # measure reference|current RESULTS_DIR: one CI benchmark run in a 
       ${GATE_CI_CURRENT_OVERRIDES:-}
   fi
 }
-gate() {  # gate BASELINE_RUN CURRENT_RUN JSON [gate options]
-  local status=0
-  python3 -m speedbench.cli gate --baseline "$1" --current "$2" --config ci --json "$3" "${@:4}" || status=$?
-  return "$status"
+gate() {  # gate BASELINE_RUN CURRENT_RUN JSON [gate options]: the gate's exit status
+  python3 -m speedbench.cli gate --baseline "$1" --current "$2" --config ci --json "$3" "${@:4}"
 }
 speedup_only() {  # did the verdict in JSON fail on speedup alone (AL passed)?
   python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["checks"]
