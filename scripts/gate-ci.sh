@@ -19,6 +19,9 @@
 #
 #   bash scripts/gate-ci.sh [OUT_DIR]   # OUT_DIR receives gate-al.json, gate.json, gate-junit.xml, run/, reference/
 #   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1" bash scripts/gate-ci.sh   # check that a slowed checkout fails
+#   GATE_CI_OVERRIDES="protocol.max_repeats=12" bash scripts/gate-ci.sh      # Hydra overrides for every run
+# (GATE_CI_OVERRIDES must leave the cells' identity alone -- the protocol may change, the prompts may
+# not -- or the AL gate against the committed baseline finds mismatched cells, exit 3.)
 set -euo pipefail
 source "$(dirname "$0")/ci-env.sh"
 out="${1:-$repo/results/runs/gate-ci}"
@@ -42,13 +45,14 @@ measure() {  # measure reference|current RESULTS_DIR: one CI benchmark run in a 
   mkdir -p "$2"
   if [ "$1" = reference ]; then
     echo "gate-ci: measuring the reference (commit ${sha:0:12}) into $2"
+    # shellcheck disable=SC2086  # GATE_CI_OVERRIDES: Hydra overrides for every run
     (cd "$src" && PYTHONPATH="$src" python3 -m speedbench.cli run +experiment=ci_gate results_dir="$2" \
-       hydra/job_logging=disabled)
+       hydra/job_logging=disabled ${GATE_CI_OVERRIDES:-})
   else
     echo "gate-ci: measuring this checkout into $2"
     # shellcheck disable=SC2086  # GATE_CI_CURRENT_OVERRIDES: Hydra overrides for this checkout's runs only
     python3 -m speedbench.cli run +experiment=ci_gate results_dir="$2" hydra/job_logging=disabled \
-      ${GATE_CI_CURRENT_OVERRIDES:-}
+      ${GATE_CI_OVERRIDES:-} ${GATE_CI_CURRENT_OVERRIDES:-}
   fi
 }
 gate() {  # gate BASELINE_RUN CURRENT_RUN JSON [gate options]: the gate's exit status

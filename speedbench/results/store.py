@@ -270,9 +270,18 @@ def _utc_now() -> str:
 def _frame(records: list[Any]) -> pd.DataFrame:
     rows = [to_row(r) if not isinstance(r, dict) else r for r in records]
     frame = pd.DataFrame(rows)
+    redacted: dict[str, str] = {}  # a step file repeats a few strings 10^5 times: each is redacted once
+
+    def clean(v):
+        if not isinstance(v, str):
+            return v
+        if v not in redacted:
+            redacted[v] = redact(v)
+        return redacted[v]
+
     for col in frame.columns:  # error texts may quote a URL or a header: every string column is redacted
         if frame[col].map(lambda v: isinstance(v, str)).any():
-            frame[col] = frame[col].map(lambda v: redact(v) if isinstance(v, str) else v)
+            frame[col] = frame[col].map(clean)
     return frame
 
 

@@ -20,9 +20,10 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     stale.mkdir(parents=True)
     (stale / "stale-marker").write_text("a previous gated run\n")
     # 1 ms more per draft phase: at least a third of the speedup on any CPU this runs on (a step is ~1-4 ms);
-    # a loss that size needs 2 paired repeats, not 6 (neither the protocol nor the fault is in the cell id)
-    slowed = "faults.delay_ms=1 protocol.min_repeats=2 protocol.max_repeats=2"
-    env = dict(os.environ, GATE_CI_CURRENT_OVERRIDES=slowed)
+    # a loss that size needs 2 paired repeats, not 6, in every run, the reference's too (GATE_CI_OVERRIDES;
+    # neither the protocol nor the fault is in the cell id, so the AL gate still finds the baseline's cells)
+    env = dict(os.environ, GATE_CI_OVERRIDES="protocol.min_repeats=2 protocol.max_repeats=2",
+               GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1")
     res = subprocess.run(["bash", str(ROOT / "scripts" / "gate-ci.sh"), str(out)], capture_output=True, text=True,
                          timeout=900, env=env)
     shown = res.stdout[-4000:] + res.stderr[-3000:]
@@ -31,6 +32,7 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     for run in ("run", "reference", "confirm/run", "confirm/reference"):
         cells = ResultsStore(out / run / "ci-default").cells()
         assert len(cells) and (cells.status == "ok").all(), (run, shown)
+        assert (cells.n_repeats == 2).all(), (run, cells.n_repeats.tolist())  # GATE_CI_OVERRIDES reached every run
     assert not (out / "run" / "ci-default" / "stale-marker").exists()  # measured again, not resumed
     al = json.loads((out / "gate-al.json").read_text())  # AL against the committed baseline: unchanged by a delay
     assert al["verdict"] == "pass" and {c["metric"] for c in al["checks"]} == {"al"}, al
