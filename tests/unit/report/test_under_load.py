@@ -1,7 +1,7 @@
 """Report section "speculation under load" from real load-point cells of the synthetic engine (fast)."""
 import json
 
-from speedbench.config import BackendConfig, LoadConfig, ProtocolConfig, SloConfig
+from speedbench.config import BackendConfig, LoadConfig, SloConfig
 from speedbench.pipeline import runner
 from speedbench.report.build import build_report
 from speedbench.report.under_load import stops_paying, verdict
@@ -70,8 +70,7 @@ def test_the_random_vs_real_line_states_how_far_random_input_moves_al_and_speedu
 
 def test_a_duration_per_point_sizes_the_point_from_the_warmup_and_records_it(tmp_path):
     run = make_run(tmp_path, "D", per_category=False, load=LoadConfig(concurrency=2, duration_s=0.5, warmup_requests=4),
-                   backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0}),
-                   protocol=ProtocolConfig(min_repeats=2, max_repeats=2))  # two windows show they are the same
+                   backend=BackendConfig(name="synthetic", device="cpu", options={"verify_b_ms": 1.0}))
     (cell,) = runner.run_cells(run, progress=False)
     sizing = cell.extra["duration_sizing"]
     assert cell.status == "ok" and sizing["from"] == "warmup" and sizing["num_requests"] >= 2
