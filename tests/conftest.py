@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from speedbench import models
@@ -74,3 +76,29 @@ def _sigint_as_python_sets_it(request):
 
         print(f"\n{request.node.nodeid} left SIGINT handled by {left!r}", file=sys.__stderr__)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n 2 --dist loadfile``, pyproject's addopts): a module at a time per
+    worker, the modules of the session's vLLM engines together (``support/workers.py``)."""
+    if config.getvalue("dist") == "loadfile":
+        from .support.workers import ModuleScheduling
+
+        return ModuleScheduling(config, log)
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _alone_where_timed(request, tmp_path_factory):
+    """A module marked ``alone`` runs with no other test beside it (it asserts a verdict measured from
+    wall-clock timings); every other module shares the machine with the other worker. No-op without
+    xdist."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = tmp_path_factory.getbasetemp().parent  # the run's folder, shared by its workers
+    from .support.workers import hold
+
+    with hold(folder, exclusive=request.node.get_closest_marker("alone") is not None):
+        yield

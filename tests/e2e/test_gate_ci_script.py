@@ -10,6 +10,8 @@ import pytest
 
 from speedbench.results import ResultsStore
 
+pytestmark = pytest.mark.alone  # its verdicts are measured from wall-clock timings
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

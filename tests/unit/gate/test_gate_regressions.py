@@ -20,6 +20,8 @@ from speedbench.drafters.registry import make_drafter
 from speedbench.gate import load_config, run_gate
 from tests.support.sweep_helpers import ci_benchmark_run, make_run
 
+pytestmark = pytest.mark.alone  # its verdicts are measured from wall-clock timings
+
 CATEGORIES = ("coding", "math", "writing")
 REPO = Path(__file__).resolve().parents[3]
 
