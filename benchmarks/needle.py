@@ -7,6 +7,7 @@ whose output contains the planted code. Also prints prefill and decode wall time
 and the process's peak RSS.
 
     python benchmarks/needle.py [--target builtin:tiny-target] [--sizes 1k] [--n 10]   # a long-context target: --sizes 1k 8k 32k
+    python benchmarks/needle.py --target builtin:tiny-long-target --sizes 8k 32k --engine vllm   # the same prompts on vLLM
 """
 from __future__ import annotations
 
@@ -57,6 +58,25 @@ def run_size(model, tokenizer, size: str, n: int, seed: int, new_tokens: int) ->
             "prefill_s_mean": sum(prefill) / n, "decode_s_per_token_mean": sum(decode) / n, "samples": samples}
 
 
+def run_size_vllm(llm, tokenizer, size: str, n: int, seed: int, new_tokens: int) -> dict:
+    """``run_size`` on a vLLM engine (greedy; one prompt at a time, so wall time is per prompt)."""
+    from vllm import SamplingParams as VllmSampling
+    from vllm.inputs import TokensPrompt
+
+    found, wall, samples = 0, [], []
+    for text, code in needle_prompts(tokenizer, size, n, seed):
+        ids = render_conversation(tokenizer, [], text, tokenize=True)
+        t0 = time.perf_counter()
+        out = llm.generate([TokensPrompt(prompt_token_ids=ids)], VllmSampling(temperature=0, max_tokens=new_tokens),
+                           use_tqdm=False)
+        wall.append(time.perf_counter() - t0)
+        reply = out[0].outputs[0].text
+        found += code in reply
+        samples.append(f"{code!r} -> {reply.strip()[:80]!r}")
+    return {"size": size, "prompt_tokens": len(ids), "found": found, "n": n, "share": found / n,
+            "wall_s_mean": sum(wall) / n, "samples": samples}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="builtin:tiny-target")
@@ -65,15 +85,29 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=1, help="builder seed (the shipped splits use 0)")
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine", choices=["reference", "vllm"], default="reference")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model, tokenizer = models.load_model(args.target), models.load_tokenizer(args.target)
+    tokenizer = models.load_tokenizer(args.target)
+    if args.engine == "vllm":
+        from vllm import LLM
+
+        path = str(models.resolve_path(args.target))
+        llm = LLM(model=path, dtype="float32", enforce_eager=True, max_num_batched_tokens=65536, seed=0,
+                  kv_cache_memory_bytes=1 << 30)
+    else:
+        model = models.load_model(args.target)
     for size in args.sizes:
         t0 = time.perf_counter()
-        r = run_size(model, tokenizer, size, args.n, args.seed, args.new_tokens)
-        print(f"{size}: {r['found']}/{r['n']} found ({r['share']:.0%}); {r['prompt_tokens']} prompt tokens; "
-              f"prefill {r['prefill_s_mean']:.2f} s, decode {1000 * r['decode_s_per_token_mean']:.1f} ms/token "
-              f"(means per prompt); {time.perf_counter() - t0:.0f} s for the size", flush=True)
+        if args.engine == "vllm":
+            r = run_size_vllm(llm, tokenizer, size, args.n, args.seed, args.new_tokens)
+            timing = f"{r['wall_s_mean']:.2f} s per prompt (prefill and decode)"
+        else:
+            r = run_size(model, tokenizer, size, args.n, args.seed, args.new_tokens)
+            timing = (f"prefill {r['prefill_s_mean']:.2f} s, decode {1000 * r['decode_s_per_token_mean']:.1f} ms/token "
+                      "(means per prompt)")
+        print(f"{size}: {r['found']}/{r['n']} found ({r['share']:.0%}) [{args.engine}]; {r['prompt_tokens']} prompt "
+              f"tokens; {timing}; {time.perf_counter() - t0:.0f} s for the size", flush=True)
         for line in r["samples"][:3]:
             print("   ", line)
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
