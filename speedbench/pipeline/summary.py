@@ -1,7 +1,7 @@
 """The one-screen table printed at the end of a run.
 
 It fits :data:`WIDTH` columns: the columns a reader needs to judge a cell, load-point columns (C,
-rate) when any cell has a load point, and the columns that flag a problem (loops, match, method)
+rate) when any cell has a load point, the context bucket when the cells span several, and the columns that flag a problem (loops, match, method)
 only when some cell shows one; every column with ``wide=True`` (``speedbench run --wide``).
 """
 from __future__ import annotations
@@ -43,6 +43,8 @@ class Column:
 
 COLUMNS = [
     Column("category", "category", text=True),
+    Column("context_bucket", "context", text=True,  # a sweep over context lengths (throughput splits)
+           when=lambda c, k: c[k].fillna("").astype(str).nunique() > 1),
     Column("drafter", "drafter", text=True),
     Column("method", "method", text=True, wide=True,
            when=lambda c, k: "drafter" in c.columns and bool((c[k].astype(str) != c["drafter"].astype(str)).any())),
@@ -100,9 +102,9 @@ def format_table(cells: pd.DataFrame, *, wide: bool = False) -> str:
     """The run's cell table; ``wide``: every column (else it fits :data:`WIDTH`, a note names what it left out)."""
     if cells.empty:
         return "(no cells)"
-    order = [c for c in ("drafter", "category", "num_speculative_tokens", "batch_size", "concurrency", "request_rate")
-             if c in cells.columns]
-    cells = cells.sort_values(order, kind="stable") if order else cells
+    order = [c for c in ("drafter", "category", "context_bucket", "num_speculative_tokens", "batch_size", "concurrency",
+                         "request_rate") if c in cells.columns]
+    cells = cells.sort_values(order, kind="stable", key=_sort_key) if order else cells
     cells = _display_values(cells)
     shown = [c for c in COLUMNS if c.shown(cells, wide)]
     frame = cells[[c.key for c in shown]].rename(columns={c.key: c.label for c in shown}).apply(lambda col: col.map(_fmt))
@@ -118,6 +120,18 @@ def format_table(cells: pd.DataFrame, *, wide: bool = False) -> str:
     if dropped:
         return table + f"\nleft out to fit {WIDTH} columns: {', '.join(dropped)} {WIDE_HINT}"
     return table + (f"\n{WIDE_HINT}" if hidden else "")
+
+
+def _sort_key(col: pd.Series) -> pd.Series:
+    """Context buckets by their size ("2k" before "16k"); every other column as it is."""
+    if col.name != "context_bucket":
+        return col
+    return col.map(lambda b: _bucket_tokens(str(b)))
+
+
+def _bucket_tokens(bucket: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", bucket.strip().lower())
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2)] if m else math.inf
 
 
 def _display_values(cells: pd.DataFrame) -> pd.DataFrame:

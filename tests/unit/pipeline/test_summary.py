@@ -86,3 +86,12 @@ def test_problem_columns_appear_when_a_cell_shows_the_problem(cells):
 def test_run_takes_wide_as_its_own_option():
     argv, own = split_run_argv(["--wide", "dataset=smoke"])
     assert own.wide and argv == ["dataset=smoke"]
+
+
+def test_a_sweep_over_context_lengths_shows_the_bucket_in_size_order(cells):
+    one = cells.iloc[:1]
+    assert "context" not in header(format_table(cells.assign(context_bucket="1k")))  # one bucket: no column
+    swept = pd.concat([one.assign(context_bucket=b) for b in ("32k", "1k", "16k", "8k")], ignore_index=True)
+    table = format_table(swept)
+    assert header(table)[1] == "context"
+    assert [line.split()[1] for line in table.splitlines()[1:5]] == ["1k", "8k", "16k", "32k"]
