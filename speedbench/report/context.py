@@ -151,8 +151,8 @@ def build(data, out: Path) -> Section:
              "lower edge in tokens, `acceptance.context_edges`). Per bucket: AL, mean draft / verify / step ms, and "
              "the speedup of that bucket's steps over the baseline's steps in the same bucket (ms per token) with a "
              "percentile bootstrap interval over target iterations. A step-level speedup: prefill is not in it.")
-    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(["drafter", "D", "B", "dataset", "category",
-                                                                        "context"])
+    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(["drafter", "D", "B", "context", "dataset",
+                                                                        "category"])  # context: tokens, in size order
     sec.table(show, "Acceptance and cost by live context.", {c: MEASURED for c in
                                                              ("AL", "draft ms", "verify ms", "step ms", "speedup")})
     sec.values["by_context"] = show.to_dict("records")

@@ -37,7 +37,8 @@ CUDA_ONLY = {"+experiment=cost_surface backend=vllm": "is not supported by vLLM 
 # other subcommands that cannot run here, with the reason
 NOT_RUN_OTHER = {
     "microbench": "the documented lines time CUDA kernels (--device cuda)",
-    "fixtures train": "a full rebuild takes about 28 minutes (tests/unit/fixtures/test_fixtures.py trains a quick one)",
+    "fixtures train": "a full rebuild takes about 28 minutes, the long family 42 (tests/unit/fixtures/test_fixtures.py "
+                      "and test_long_family.py train quick ones)",
     "--preset full": "builds 32k-token prompts by the thousand",
     "--sizes 8k": "96 prompts of 8k tokens",
     "/shared/": "a cluster path",
