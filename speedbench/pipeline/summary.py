@@ -123,15 +123,19 @@ def format_table(cells: pd.DataFrame, *, wide: bool = False) -> str:
 
 
 def _sort_key(col: pd.Series) -> pd.Series:
-    """Context buckets by their size ("2k" before "16k"); every other column as it is."""
+    """Context buckets by their size ("2k" before "16k"; one that names no size last); every other column as it is."""
     if col.name != "context_bucket":
         return col
     return col.map(lambda b: _bucket_tokens(str(b)))
 
 
 def _bucket_tokens(bucket: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", bucket.strip().lower())
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2)] if m else math.inf
+    from ..data.build import size_tokens
+
+    try:
+        return size_tokens(bucket)
+    except ValueError:
+        return math.inf
 
 
 def _display_values(cells: pd.DataFrame) -> pd.DataFrame:
