@@ -20,10 +20,13 @@ it prints:
   whether the reruns agree.
 
 ``--compete`` runs one CPU-bound process (a Python busy loop) beside every rerun, the
-contention a shared machine or CI runner adds. Examples:
+contention a shared machine or CI runner adds; ``--compete memory`` runs one that streams through
+64 MiB (more than this kind of machine's last-level cache) instead: a neighbour that evicts the
+models' weights from the shared cache, which no CPU-time or load figure shows. Examples:
 
     python scripts/default_reruns.py --reruns 3
     python scripts/default_reruns.py --reruns 3 --compete
+    python scripts/default_reruns.py --reruns 3 --compete memory
     python scripts/default_reruns.py --reruns 3 -- backend=vllm dataset=mini
     python scripts/default_reruns.py --reruns 3 -- -m backend=vllm dataset=mini per_category=false \
         drafter=ngram,tiny_draft_small load.concurrency=1,2,4,8 load.num_requests=16 protocol.budget_s=20
@@ -45,14 +48,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-BUSY = "import time\nwhile True:\n    sum(i * i for i in range(10000))\n"
+HOGS = {  # what --compete runs beside every rerun
+    "cpu": "import time\nwhile True:\n    sum(i * i for i in range(10000))\n",
+    "memory": "import numpy as np\na = np.ones(64 * 1024 * 1024 // 8)\nwhile True:\n    a += 1.0\n",
+}
 
 
-def rerun(out: Path, i: int, overrides: list[str], compete: bool) -> tuple[Path, float]:
+def rerun(out: Path, i: int, overrides: list[str], compete: str | None) -> tuple[Path, float]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "speedbench.cli", "run", f"results_dir={out}", f"run_id=rerun-{i}",
            "hydra/job_logging=disabled", *overrides]
-    hog = subprocess.Popen([sys.executable, "-c", BUSY]) if compete else None
+    hog = subprocess.Popen([sys.executable, "-c", HOGS[compete]]) if compete else None
     t0 = time.perf_counter()
     try:
         subprocess.run(cmd, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
@@ -128,7 +134,9 @@ def main(argv=None) -> int:
     parser.add_argument("--reruns", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="folder for the run folders (default: a temp dir)")
     parser.add_argument("--reuse", type=Path, default=None, help="read rerun-* folders already in this folder")
-    parser.add_argument("--compete", action="store_true", help="one CPU-bound process beside every rerun")
+    parser.add_argument("--compete", nargs="?", const="cpu", default=None, choices=sorted(HOGS),
+                        help="one competing process beside every rerun: cpu (a busy loop; the default) or memory "
+                             "(streams through 64 MiB)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("--metric", default="speedup", choices=("speedup", "speedup_throughput", "speedup_goodput"),
                         help="which speedup the figures are of (default: speedup, of TPOT)")
@@ -149,7 +157,7 @@ def main(argv=None) -> int:
             walls.append(wall)
             print(f"rerun {i + 1}/{args.reruns}: {wall:.1f} s", file=sys.stderr)
     f = figures(folders, walls, args.metric)
-    print(f"{f['reruns']} reruns, {f['cells']} cells{' (one competing CPU-bound process)' if args.compete else ''}")
+    print(f"{f['reruns']} reruns, {f['cells']} cells{f' (one competing {args.compete}-bound process)' if args.compete else ''}")
     print(f"per-cell CV of the {args.metric}: median {f['cv_median']:.1%}, max {f['cv_max']:.1%}")
     print("geometric means: " + ", ".join(f"{g:.3f}" for g in f["geomean"]) + f"; spread {f['geomean_spread']:.1%}")
     print(f"interval coverage: {f['coverage']:.2f} of {f['coverage_pairs']} (cell, rerun) pairs")

@@ -3,9 +3,9 @@
 layer above it; the registries that map names to schemas live in ``backends`` and ``drafters``.
 """
 from .schemas import (AcceptanceConfig, BackendConfig, ConfigError, DatasetConfig, DrafterConfig, FaultConfig,
-                      INTERLEAVE, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig, ModelDrafterConfig,
+                      CELL_ORDERS, INTERLEAVE, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig, ModelDrafterConfig,
                       NgramDrafterConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig, SweepConfig)
 
 __all__ = ["AcceptanceConfig", "BackendConfig", "ConfigError", "DatasetConfig", "DrafterConfig", "FaultConfig",
-           "INTERLEAVE", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig", "ModelDrafterConfig",
+           "CELL_ORDERS", "INTERLEAVE", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig", "ModelDrafterConfig",
            "NgramDrafterConfig", "ProtocolConfig", "RunConfig", "SamplingConfig", "SloConfig", "SweepConfig"]

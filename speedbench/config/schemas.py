@@ -147,6 +147,7 @@ class SweepConfig:
 
 
 INTERLEAVE = ("step", "pass")
+CELL_ORDERS = ("rounds", "cells")
 
 
 @dataclass
@@ -165,19 +166,24 @@ class ProtocolConfig:
     """
 
     interleave: str = "step"  # step | pass (see above); step falls back to pass where the engine cannot
+    # rounds: round r runs one repeat of every cell still measuring, so each cell's repeats spread over the
+    # whole run and sample the machine's drift (pipeline.protocol.in_rounds); cells: each cell's repeats back
+    # to back, one cell after the other. A cell is written as soon as it stops, either way.
+    cell_order: str = "rounds"
     min_repeats: int = 2
     max_repeats: int = 6
     target_rel_half_width: float = 0.02  # 2%: the measurement noise a cell must reach to be "stable"
-    budget_s: float = 3.0  # wall seconds per cell after which no new repeat starts (keeps the default run ~2x)
+    budget_s: float = 3.0  # seconds of a cell's own passes after which it starts no new repeat (keeps the default run ~2x)
     confidence: float = 0.95
     n_resamples: int = 1000
     min_cpu_util: float = 0.85  # below: the engine's threads were waiting for a CPU (contention)
     max_load_per_cpu: float = 1.25  # 1-min load average per CPU above which a cell is flagged
-    # Relative SD of the per-process offset: fresh processes of the same run disagree by more than
-    # any one run's repeats show (scripts/default_reruns.py prints it as "per-process component";
-    # 1.5-2.1% for the default run and for vLLM on a quiet 2-core VM, mostly the machine's own speed
-    # moving between processes). Added to speedup_ci_low/high in quadrature (metrics.speedup.widen);
-    # not to the noise, which decides ``stable``. 0 gives the run's own interval alone.
+    # Relative SD of the run-to-run offset: reruns of the same run disagree by more than any one run's
+    # repeats show (scripts/default_reruns.py prints it as "per-process component"; 0.5-3.9% for the
+    # default run on a quiet 2-core VM with cell_order=rounds, 2.5-3.6% with cells). Not the process:
+    # five runs in one process drifted as much (geometric mean 1.107 down to 1.052 in 3 minutes); the
+    # shared machine's state moves over minutes and the speedup with it, and a run samples one stretch.
+    # Added to speedup_ci_low/high in quadrature (metrics.speedup.widen); not to the noise, which decides ``stable``. 0 gives the run's own interval alone.
     process_noise: float = 0.02
 
 

@@ -14,10 +14,16 @@ passes of a block share time (``protocol.interleave``):
 * ``pass`` (every other engine; ``why_pass`` says why, in each cell's ``extra.protocol``):
   back to back, so drift slower than a pass cancels.
 
+A run's cells take turns as well (``protocol.cell_order``, ``in_rounds``): by default round r
+runs one repeat of every cell still measuring, so each cell's repeats are spread over the whole
+run. On a shared machine the speedup itself moves with the machine's state over tens of seconds
+to minutes (the draft's and verification's times against plain decoding's do not move alike), which
+no pairing within a cell cancels; spread repeats sample that state, back-to-back ones see one.
+
 Repeats go on until the speedup's measurement noise (``metrics.paired_speedup`` with the prompts held fixed) is within
 ``protocol.target_rel_half_width`` of it,
 after at least ``min_repeats``, and stop at ``max_repeats`` or when the cell has used
-``budget_s`` seconds. Every pass of every repeat is kept in the results (``repeat`` column).
+``budget_s`` seconds of its own passes. Every pass of every repeat is kept in the results (``repeat`` column).
 
 A cell is ``stable`` when its measurement noise reached the target and no contention was seen
 (``pipeline.noise``); otherwise ``unstable_reason`` says why. One repeat gives no noise estimate
@@ -173,42 +179,107 @@ def run_block(backend: Backend, block: list[Request], specs: dict[str, GenerateS
     return {role: noise.measure(job(role)) for role in first_second}
 
 
+class CellMeasurement:
+    """One cell's protocol state: its blocks, the passes so far, its own noise meter and its own
+    measured time. ``run_repeat`` runs one repeat of every block and then applies the stopping rule
+    (``stopped`` says which ended it; '' while it goes on); ``result`` is the cell's ``Measured``.
+    A cell's repeats may be spread over a run (``in_rounds``): ``budget_s`` counts its own passes only."""
+
+    def __init__(self, backend: Backend, requests: list[Request], specs: dict[str, GenerateSpec], cfg: ProtocolConfig,
+                 threads: int = 0) -> None:
+        self.backend, self.specs, self.cfg = backend, specs, cfg
+        self.noise = NoiseMeter(threads=threads)
+        self.why_pass = why_pass(backend, cfg)
+        self.mode = "pass" if self.why_pass else "step"
+        whole = backend.asynchronous or backend.submits_all or stepped_point(backend, specs["spec"].load)
+        self.windows = specs["spec"].load is not None and load_active(specs["spec"].load)  # a load point: see metrics.speedup
+        self.parts = blocks(requests, specs["spec"].batch_size, whole)  # a load point is one block: its requests share the engine
+        self.outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
+        self.repeats = 0
+        self.elapsed_s = 0.0
+        self.stopped = ""  # "target" | "max_repeats" | "budget_s" once the stopping rule ended it
+
+    def run_repeat(self) -> None:
+        """One repeat: every block's baseline and speculative passes, then the stopping rule."""
+        t0 = time.perf_counter()
+        for b, block in enumerate(self.parts):
+            these = {role: replace(self.specs[role], repeat=self.repeats, extras=self.repeats == 0 and b == 0)
+                     for role in self.specs}
+            done = run_block(self.backend, block, these, order(b, self.repeats), self.mode, self.noise)
+            for role in ("baseline", "spec"):
+                self.outs[role].append(done[role])
+        self.repeats += 1
+        self.elapsed_s += time.perf_counter() - t0
+        self.stopped = self._stop_rule()
+
+    def _stop_rule(self) -> str:
+        cfg = self.cfg
+        if self.repeats < cfg.min_repeats:
+            return ""
+        base, spec_out = merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"])
+        ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
+        est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400),
+                                     np.random.default_rng(self.repeats), requests=False,
+                                     windows=self.windows)  # the measurement's noise: more repeats shrink it
+        if math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width:
+            return "target"
+        if self.repeats >= cfg.max_repeats:
+            return "max_repeats"
+        if self.elapsed_s >= cfg.budget_s:
+            return "budget_s"
+        return ""
+
+    def result(self) -> Measured:
+        base, spec_out = merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"])
+        contention = self.noise.verdict(self.cfg.min_cpu_util, self.cfg.max_load_per_cpu) if self.backend.wall_clock else ""
+        drafting = not is_baseline(self.specs["spec"].drafter.method)
+        return Measured(base, spec_out, self.repeats, self.stopped, self.mode, contention, self.noise, self.elapsed_s,
+                        drafting, self.why_pass, len(self.parts))
+
+
 def measure(backend: Backend, requests: list[Request], specs: dict[str, GenerateSpec], cfg: ProtocolConfig,
             threads: int = 0) -> Measured:
-    """Run the protocol for one cell; ``specs`` maps "baseline" and "spec" to their pass settings."""
-    noise = NoiseMeter(threads=threads)
-    reason = why_pass(backend, cfg)
-    mode = "pass" if reason else "step"
-    whole = backend.asynchronous or backend.submits_all or stepped_point(backend, specs["spec"].load)
-    windows = specs["spec"].load is not None and load_active(specs["spec"].load)  # a load point: see metrics.speedup
-    parts = blocks(requests, specs["spec"].batch_size, whole)  # a load point is one block: its requests share the engine
-    outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
-    t0 = time.perf_counter()
-    repeat = 0
-    while True:
-        for b, block in enumerate(parts):
-            these = {role: replace(specs[role], repeat=repeat, extras=repeat == 0 and b == 0) for role in specs}
-            done = run_block(backend, block, these, order(b, repeat), mode, noise)
-            for role in ("baseline", "spec"):
-                outs[role].append(done[role])
-        repeat += 1
-        if repeat < cfg.min_repeats:
-            continue
-        base, spec_out = merge_passes(outs["baseline"]), merge_passes(outs["spec"])
-        ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
-        est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400), np.random.default_rng(repeat),
-                                     requests=False, windows=windows)  # the measurement's noise: more repeats shrink it
-        if math.isfinite(est.rel_half_width) and est.rel_half_width <= cfg.target_rel_half_width:
-            stopped = "target"
-        elif repeat >= cfg.max_repeats:
-            stopped = "max_repeats"
-        elif time.perf_counter() - t0 >= cfg.budget_s:
-            stopped = "budget_s"
-        else:
-            continue
-        break
-    elapsed = time.perf_counter() - t0
-    contention = noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if backend.wall_clock else ""
-    drafting = not is_baseline(specs["spec"].drafter.method)
-    return Measured(base, spec_out, repeat, stopped, mode, contention, noise, elapsed, drafting, reason,  # the loop's last merge
-                    len(parts))
+    """Run the protocol for one cell, its repeats back to back; ``specs`` maps "baseline" and "spec" to their pass settings."""
+    cell = CellMeasurement(backend, requests, specs, cfg, threads)
+    while not cell.stopped:
+        cell.run_repeat()
+    return cell.result()
+
+
+def in_rounds(cells: list, interleave: bool):
+    """Measure ``cells`` (pairs of (key, ``CellMeasurement``)); yields (key, cell) as each one stops,
+    or (key, exception) when one of its passes raised (that cell leaves the rotation; the rest go on).
+
+    ``interleave=False``: each cell's repeats back to back, one cell after the other. ``True``
+    (``protocol.cell_order=rounds``): round r runs one repeat of every cell that has not stopped,
+    in order on even rounds and in reverse on odd ones, so each cell's repeats are spread over the
+    whole run and the machine state that drifts over tens of seconds (it moves the ratio of draft,
+    verification and plain-decoding times, not only their level) is sampled by every cell's repeats:
+    their spread then shows it, and their median averages it out, where back-to-back repeats
+    all see one state. A crashed cell leaves the rotation; a stopped one is yielded at once (the
+    runner writes it, so a resumed run skips it).
+    """
+    if not interleave:
+        for key, cell in cells:
+            try:
+                while not cell.stopped:
+                    cell.run_repeat()
+            except Exception as exc:  # noqa: BLE001 - the caller records it; the run goes on
+                yield key, exc
+                continue
+            yield key, cell
+        return
+    active = list(cells)
+    r = 0
+    while active:
+        for key, cell in list(active if r % 2 == 0 else reversed(active)):
+            try:
+                cell.run_repeat()
+            except Exception as exc:  # noqa: BLE001
+                active.remove((key, cell))
+                yield key, exc
+                continue
+            if cell.stopped:
+                active.remove((key, cell))
+                yield key, cell
+        r += 1

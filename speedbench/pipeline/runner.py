@@ -287,39 +287,65 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
         log.exception("warm-up failed")
         return all_failed(f"warm-up: {type(exc).__name__}: {exc}")
 
-    cells = []
     bars = _Progress(todo, progress, run)
     threads = int(info.get("torch_threads", 0)) if backend.in_process else 0
-    for key, reqs in bars.cells:
+    done: dict[str, CellResult] = {}
+    started, given = [], {}
+
+    def record(key: CellKey, cell: CellResult) -> None:
+        logger.log_cell(cell, store)
+        done[key.cell_id] = cell
+        bars.cell_done()
+
+    def failed(key: CellKey, reqs, exc: Exception) -> None:  # one broken cell must not end the sweep
+        log.error("cell %s failed", key.cell_id, exc_info=exc)
+        cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus, run, reqs, prepared)
+        store.write_cell(cell)
+        record(key, cell)
+
+    for key, reqs in todo:
         try:
             n_point, sizing = sized_requests(run, warm_rate)
             reqs = point_requests(reqs, n_point)
             specs = {"baseline": generate_spec(run, BASELINE, "baseline", bars.requests_done),
                      "spec": generate_spec(run, run.drafter, "spec", bars.requests_done)}
-            m = protocol.measure(backend, reqs, specs, run.protocol, threads)
-            notes = PassNotes(
-                instability=lambda noise: m.instability(noise, run.protocol), cpu_util=m.noise.cpu_util,
-                load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
-                extra={"wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
-                       **({"duration_sizing": sizing} if sizing else {}),
-                       "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
-                                    **({"why_pass": m.why_pass} if m.why_pass else {}),
-                                    "blocks": m.n_blocks}})
-            cell = assemble_cell(key, m.base, m.spec, warmup_s=warmup_s, device=device, n_gpus=n_gpus, run=run,
-                                 notes=notes, requests=reqs, prepared=prepared)
-            steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
-            steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
-            store.write_cell(cell, m.base.requests + m.spec.requests, steps)
+            started.append((key, protocol.CellMeasurement(backend, reqs, specs, run.protocol, threads)))
+            given[key.cell_id] = (reqs, sizing)
+        except Exception as exc:  # noqa: BLE001
+            failed(key, reqs, exc)
+    for key, m in protocol.in_rounds(started, interleave=run.protocol.cell_order == "rounds"):
+        reqs, sizing = given[key.cell_id]
+        try:
+            if isinstance(m, Exception):
+                raise m
+            cell, records, steps = _measured_cell(key, m.result(), run, reqs, sizing, warmup_s, device, n_gpus,
+                                                  threads, prepared)
+            store.write_cell(cell, records, steps)
+            record(key, cell)
         except (ResultsWriteError, ResultsReadError):  # the folder takes no files (disk full), or the table
             raise  # cannot be rebuilt (a corrupt cell file): the cells written stay as they are; stop, named
-        except Exception as exc:  # one broken cell must not end the sweep
-            log.exception("cell %s failed", key.cell_id)
-            cell = failed_cell(key, f"{type(exc).__name__}: {exc}", device, n_gpus, run, reqs, prepared)
-            store.write_cell(cell)
-        logger.log_cell(cell, store)
-        cells.append(cell)
+        except Exception as exc:  # noqa: BLE001
+            failed(key, reqs, exc)
     bars.close()
-    return cells
+    return [done[k.cell_id] for k, _ in todo if k.cell_id in done]
+
+
+def _measured_cell(key: CellKey, m: "protocol.Measured", run: RunConfig, reqs, sizing, warmup_s: float, device: str,
+                   n_gpus: int, threads: int, prepared) -> tuple[CellResult, list, list]:
+    """A measured cell's row, its request records and its step rows, as the store writes them."""
+    notes = PassNotes(
+        instability=lambda noise: m.instability(noise, run.protocol), cpu_util=m.noise.cpu_util,
+        load_avg=m.noise.load_max, steal_frac=m.noise.steal_frac, threads=threads,
+        extra={"wall_s_baseline": m.base.wall_s, "wall_s_spec": m.spec.wall_s,
+               **({"duration_sizing": sizing} if sizing else {}),
+               "protocol": {"stopped_by": m.stopped_by, "elapsed_s": m.elapsed_s, "interleave": m.interleave,
+                            **({"why_pass": m.why_pass} if m.why_pass else {}),
+                            "blocks": m.n_blocks, "cell_order": run.protocol.cell_order}})
+    cell = assemble_cell(key, m.base, m.spec, warmup_s=warmup_s, device=device, n_gpus=n_gpus, run=run,
+                         notes=notes, requests=reqs, prepared=prepared)
+    steps = [to_row(s) | {"role": "baseline"} for s in m.base.steps]
+    steps += [to_row(s) | {"role": "spec"} for s in m.spec.steps]
+    return cell, m.base.requests + m.spec.requests, steps
 
 
 class _Progress:
@@ -332,9 +358,12 @@ class _Progress:
 
         enabled = enabled and progress_enabled(run.progress)
         desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
-        self.cells = tqdm(todo, desc=desc, unit="cell", disable=not enabled, position=0)
+        self.cells = tqdm(total=len(todo), desc=desc, unit="cell", disable=not enabled, position=0)
         # each cell runs its requests twice (baseline, speculative) per repeat; the repeats are not known ahead
         self._requests = tqdm(desc="requests", unit="req", disable=not enabled, position=1, leave=False)
+
+    def cell_done(self) -> None:
+        self.cells.update(1)
 
     def requests_done(self, n: int) -> None:
         self._requests.update(n)

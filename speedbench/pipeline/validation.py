@@ -27,7 +27,7 @@ from typing import Any
 
 from ..drafters.registry import is_baseline
 from ..backends import registry as backends
-from ..config import INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
+from ..config import CELL_ORDERS, INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
 from ..data.spec import DATASET_TIERS
 from ..metrics.buckets import check_edges
@@ -108,6 +108,8 @@ def check_protocol(run) -> list[str]:
         p.append(f"protocol.confidence must be in (0, 1), got {pr.confidence}")
     if pr.interleave not in INTERLEAVE:
         p.append(f"protocol.interleave must be one of {', '.join(INTERLEAVE)}, got {pr.interleave!r}")
+    if pr.cell_order not in CELL_ORDERS:
+        p.append(f"protocol.cell_order must be one of {', '.join(CELL_ORDERS)}, got {pr.cell_order!r}")
     if pr.target_rel_half_width <= 0 or pr.budget_s <= 0 or pr.n_resamples < 1:
         p.append("protocol.target_rel_half_width, protocol.budget_s and protocol.n_resamples must be > 0")
     if not 0 <= pr.process_noise < 1:

@@ -214,3 +214,94 @@ def test_the_per_process_component_widens_the_interval_in_quadrature_not_the_noi
     wide = metrics.speedup_columns(base, spec, process_noise=0.03)
     assert wide.speedup == plain.speedup and wide.speedup_noise == plain.speedup_noise
     assert wide.speedup_ci_low < plain.speedup_ci_low and wide.speedup_ci_high > plain.speedup_ci_high
+
+
+def _cells(n: int, noise: float = 0.0):
+    backend = _synthetic(noise=noise)
+    return backend, [(f"c{k}", [Request(f"c{k}-r{i}", "coding", ("hello world " * (i + 1),), 24) for i in range(2)])
+                     for k in range(n)]
+
+
+def _recording(monkeypatch):
+    """The (cell, repeat) of every block that ran, in the order it ran (wraps the real run_block)."""
+    ran, real = [], protocol.run_block
+
+    def run_block(backend, block, specs, first_second, mode, noise):
+        ran.append((block[0].request_id.split("-")[0], specs["spec"].repeat))
+        return real(backend, block, specs, first_second, mode, noise)
+
+    monkeypatch.setattr(protocol, "run_block", run_block)
+    return ran
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_rounds_spread_each_cells_repeats_over_the_run(monkeypatch, interleave):
+    ran = _recording(monkeypatch)
+    backend, cells = _cells(3)
+    cfg = ProtocolConfig(min_repeats=3, max_repeats=3, **QUIET)
+    measuring = [(key, protocol.CellMeasurement(backend, reqs, _specs(batch=2), cfg)) for key, reqs in cells]
+    finished = list(protocol.in_rounds(measuring, interleave=interleave))
+    if interleave:  # round r: one repeat of every cell, forward on even rounds and backward on odd ones
+        assert ran == [("c0", 0), ("c1", 0), ("c2", 0), ("c2", 1), ("c1", 1), ("c0", 1), ("c0", 2), ("c1", 2), ("c2", 2)]
+    else:  # each cell's repeats back to back
+        assert ran == [(f"c{k}", r) for k in range(3) for r in range(3)]
+    assert [key for key, _ in finished] == ["c0", "c1", "c2"]  # each yielded as it stopped
+    for _, cell in finished:
+        m = cell.result()
+        assert m.n_repeats == 3 and m.stopped_by == "target" and m.elapsed_s > 0  # noise-free: the target, at min_repeats
+        assert sorted({r.repeat for r in m.spec.requests}) == [0, 1, 2]
+
+
+def test_a_cell_stops_in_its_own_round_and_the_others_go_on(monkeypatch):
+    ran = _recording(monkeypatch)
+    backend, cells = _cells(2)
+    quick = ProtocolConfig(min_repeats=1, max_repeats=1, **QUIET)
+    slow = ProtocolConfig(min_repeats=3, max_repeats=3, **QUIET)
+    measuring = [("c0", protocol.CellMeasurement(backend, cells[0][1], _specs(batch=2), quick)),
+                 ("c1", protocol.CellMeasurement(backend, cells[1][1], _specs(batch=2), slow))]
+    finished = protocol.in_rounds(measuring, interleave=True)
+    key, first = next(finished)
+    assert key == "c0" and first.repeats == 1 and ran == [("c0", 0)]  # written before c1 has run at all
+    assert [k for k, _ in finished] == ["c1"] and ran[1:] == [("c1", 0), ("c1", 1), ("c1", 2)]
+
+
+def test_a_cell_that_raises_leaves_the_rotation_and_the_rest_are_measured(monkeypatch):
+    backend, cells = _cells(3)
+    real = protocol.run_block
+
+    def run_block(backend, block, specs, first_second, mode, noise):
+        if block[0].request_id.startswith("c1") and specs["spec"].repeat == 1:
+            raise RuntimeError("engine fell over")
+        return real(backend, block, specs, first_second, mode, noise)
+
+    monkeypatch.setattr(protocol, "run_block", run_block)
+    cfg = ProtocolConfig(min_repeats=3, max_repeats=3, **QUIET)
+    measuring = [(key, protocol.CellMeasurement(backend, reqs, _specs(batch=2), cfg)) for key, reqs in cells]
+    finished = dict(protocol.in_rounds(measuring, interleave=True))
+    assert isinstance(finished["c1"], RuntimeError) and "fell over" in str(finished["c1"])
+    assert finished["c0"].result().n_repeats == 3 and finished["c2"].result().n_repeats == 3
+
+
+def test_the_runner_measures_a_runs_cells_in_rounds_by_default(tmp_path, monkeypatch):
+    from speedbench.config import DatasetConfig, RunConfig
+    from speedbench.pipeline import runner
+
+    ran = []
+    real = protocol.run_block
+
+    def run_block(backend, block, specs, first_second, mode, noise):
+        ran.append((block[0].category, specs["spec"].repeat))
+        return real(backend, block, specs, first_second, mode, noise)
+
+    monkeypatch.setattr(protocol, "run_block", run_block)
+    run = RunConfig(target=ModelConfig(name="t", path="random:unused"), drafter=make_drafter("draft_model", 4, model="x"),
+                    dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=["coding", "math"], n_requests=4),
+                    backend=BackendConfig(name="synthetic", options={"noise": 0.0}), sampling=SamplingConfig(),
+                    results_dir=str(tmp_path), run_id="p", max_new_tokens=16, warmup_batches=0,
+                    protocol=ProtocolConfig(min_repeats=2, max_repeats=2, **QUIET))
+    cells = runner.run_cells(run, progress=False)
+    assert {c.category for c in cells if not c.derived} == {"coding", "math"}
+    assert all(c.extra["protocol"]["cell_order"] == "rounds" for c in cells if not c.derived)
+    firsts = [cat for cat, rep in ran if rep == 0]
+    seconds = [cat for cat, rep in ran if rep == 1]
+    assert ran.index((seconds[0], 1)) > max(ran.index((c, 0)) for c in set(firsts))  # every first repeat, then the seconds

@@ -42,6 +42,7 @@ def wrote_nothing(tmp_path):
     (["drafter.method=no_such_method"], ["drafter.method='no_such_method'", "backend=torch"]),
     (["faults.delay_ms=-5"], ["faults.delay_ms"]),
     (["protocol.process_noise=-0.01"], ["protocol.process_noise"]),
+    (["protocol.cell_order=shuffled"], ["protocol.cell_order", "rounds, cells"]),
     (["dataset.on_too_long=sometimes"], ["dataset.on_too_long"]),
     (["drafter.num_speculativ_tokens=3"], ["num_speculativ_tokens"]),
     (["run_id=../../escape"], ["run_id="]),
