@@ -157,7 +157,8 @@ def main(argv=None) -> int:
             walls.append(wall)
             print(f"rerun {i + 1}/{args.reruns}: {wall:.1f} s", file=sys.stderr)
     f = figures(folders, walls, args.metric)
-    print(f"{f['reruns']} reruns, {f['cells']} cells{f' (one competing {args.compete}-bound process)' if args.compete else ''}")
+    beside = f" (one competing {args.compete}-bound process)" if args.compete else ""
+    print(f"{f['reruns']} reruns, {f['cells']} cells{beside}")
     print(f"per-cell CV of the {args.metric}: median {f['cv_median']:.1%}, max {f['cv_max']:.1%}")
     print("geometric means: " + ", ".join(f"{g:.3f}" for g in f["geomean"]) + f"; spread {f['geomean_spread']:.1%}")
     print(f"interval coverage: {f['coverage']:.2f} of {f['coverage_pairs']} (cell, rerun) pairs")

@@ -2,10 +2,12 @@
 ``backend.options``), ``hydra`` (the edge: ConfigStore registration and loading). Imports no
 layer above it; the registries that map names to schemas live in ``backends`` and ``drafters``.
 """
-from .schemas import (AcceptanceConfig, BackendConfig, ConfigError, DatasetConfig, DrafterConfig, FaultConfig,
-                      CELL_ORDERS, INTERLEAVE, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig, ModelDrafterConfig,
-                      NgramDrafterConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig, SweepConfig)
+from .schemas import (CELL_ORDERS, INTERLEAVE, AcceptanceConfig, BackendConfig, ConfigError, DatasetConfig,
+                      DrafterConfig, FaultConfig, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig,
+                      ModelDrafterConfig, NgramDrafterConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig,
+                      SweepConfig)
 
-__all__ = ["AcceptanceConfig", "BackendConfig", "ConfigError", "DatasetConfig", "DrafterConfig", "FaultConfig",
-           "CELL_ORDERS", "INTERLEAVE", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig", "ModelDrafterConfig",
-           "NgramDrafterConfig", "ProtocolConfig", "RunConfig", "SamplingConfig", "SloConfig", "SweepConfig"]
+__all__ = ["CELL_ORDERS", "INTERLEAVE", "AcceptanceConfig", "BackendConfig", "ConfigError", "DatasetConfig",
+           "DrafterConfig", "FaultConfig", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig",
+           "ModelDrafterConfig", "NgramDrafterConfig", "ProtocolConfig", "RunConfig", "SamplingConfig", "SloConfig",
+           "SweepConfig"]

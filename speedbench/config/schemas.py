@@ -173,7 +173,7 @@ class ProtocolConfig:
     min_repeats: int = 2
     max_repeats: int = 6
     target_rel_half_width: float = 0.02  # 2%: the measurement noise a cell must reach to be "stable"
-    budget_s: float = 3.0  # seconds of a cell's own passes after which it starts no new repeat (keeps the default run ~2x)
+    budget_s: float = 3.0  # seconds of a cell's own passes after which it starts no new repeat (default run ~2x)
     confidence: float = 0.95
     n_resamples: int = 1000
     min_cpu_util: float = 0.85  # below: the engine's threads were waiting for a CPU (contention)
@@ -183,7 +183,8 @@ class ProtocolConfig:
     # default run on a quiet 2-core VM with cell_order=rounds, 2.5-3.6% with cells). Not the process:
     # five runs in one process drifted as much (geometric mean 1.107 down to 1.052 in 3 minutes); the
     # shared machine's state moves over minutes and the speedup with it, and a run samples one stretch.
-    # Added to speedup_ci_low/high in quadrature (metrics.speedup.widen); not to the noise, which decides ``stable``. 0 gives the run's own interval alone.
+    # Added to speedup_ci_low/high in quadrature (metrics.speedup.widen); not to the noise, which decides
+    # ``stable``. 0 gives the run's own interval alone.
     process_noise: float = 0.02
 
 

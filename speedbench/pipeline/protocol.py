@@ -192,8 +192,9 @@ class CellMeasurement:
         self.why_pass = why_pass(backend, cfg)
         self.mode = "pass" if self.why_pass else "step"
         whole = backend.asynchronous or backend.submits_all or stepped_point(backend, specs["spec"].load)
-        self.windows = specs["spec"].load is not None and load_active(specs["spec"].load)  # a load point: see metrics.speedup
-        self.parts = blocks(requests, specs["spec"].batch_size, whole)  # a load point is one block: its requests share the engine
+        # a load point (see metrics.speedup) is one block: its requests share the engine
+        self.windows = specs["spec"].load is not None and load_active(specs["spec"].load)
+        self.parts = blocks(requests, specs["spec"].batch_size, whole)
         self.outs: dict[str, list[GenerateOutput]] = {"baseline": [], "spec": []}
         self.repeats = 0
         self.elapsed_s = 0.0
@@ -231,7 +232,8 @@ class CellMeasurement:
 
     def result(self) -> Measured:
         base, spec_out = merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"])
-        contention = self.noise.verdict(self.cfg.min_cpu_util, self.cfg.max_load_per_cpu) if self.backend.wall_clock else ""
+        cfg = self.cfg
+        contention = self.noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if self.backend.wall_clock else ""
         drafting = not is_baseline(self.specs["spec"].drafter.method)
         return Measured(base, spec_out, self.repeats, self.stopped, self.mode, contention, self.noise, self.elapsed_s,
                         drafting, self.why_pass, len(self.parts))
@@ -239,7 +241,8 @@ class CellMeasurement:
 
 def measure(backend: Backend, requests: list[Request], specs: dict[str, GenerateSpec], cfg: ProtocolConfig,
             threads: int = 0) -> Measured:
-    """Run the protocol for one cell, its repeats back to back; ``specs`` maps "baseline" and "spec" to their pass settings."""
+    """Run the protocol for one cell, its repeats back to back; ``specs`` maps "baseline" and "spec" to
+    their pass settings."""
     cell = CellMeasurement(backend, requests, specs, cfg, threads)
     while not cell.stopped:
         cell.run_repeat()
@@ -260,26 +263,27 @@ def in_rounds(cells: list, interleave: bool):
     runner writes it, so a resumed run skips it).
     """
     if not interleave:
-        for key, cell in cells:
-            try:
-                while not cell.stopped:
-                    cell.run_repeat()
-            except Exception as exc:  # noqa: BLE001 - the caller records it; the run goes on
-                yield key, exc
-                continue
-            yield key, cell
+        for pair in cells:
+            yield from _rounds([pair])  # one cell alone: its rounds are its repeats back to back
         return
+    yield from _rounds(cells)
+
+
+def _rounds(cells: list):
+    """Round r: one repeat of every cell of ``cells`` that has not stopped (forward on even rounds,
+    backward on odd); yields each cell as it stops or raises (see ``in_rounds``)."""
     active = list(cells)
     r = 0
     while active:
-        for key, cell in list(active if r % 2 == 0 else reversed(active)):
+        for pair in list(active if r % 2 == 0 else reversed(active)):
+            key, cell = pair
             try:
                 cell.run_repeat()
-            except Exception as exc:  # noqa: BLE001
-                active.remove((key, cell))
+            except Exception as exc:  # noqa: BLE001 - the caller records it; the run goes on
+                active.remove(pair)
                 yield key, exc
                 continue
             if cell.stopped:
-                active.remove((key, cell))
+                active.remove(pair)
                 yield key, cell
         r += 1

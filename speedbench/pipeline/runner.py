@@ -315,9 +315,10 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             failed(key, reqs, exc)
     for key, m in protocol.in_rounds(started, interleave=run.protocol.cell_order == "rounds"):
         reqs, sizing = given[key.cell_id]
+        if isinstance(m, Exception):  # a pass raised: the cell left the rotation
+            failed(key, reqs, m)
+            continue
         try:
-            if isinstance(m, Exception):
-                raise m
             cell, records, steps = _measured_cell(key, m.result(), run, reqs, sizing, warmup_s, device, n_gpus,
                                                   threads, prepared)
             store.write_cell(cell, records, steps)

@@ -1,8 +1,9 @@
 """The one-screen table printed at the end of a run.
 
 It fits :data:`WIDTH` columns: the columns a reader needs to judge a cell, load-point columns (C,
-rate) when any cell has a load point, the context bucket when the cells span several, and the columns that flag a problem (loops, match, method)
-only when some cell shows one; every column with ``wide=True`` (``speedbench run --wide``).
+rate) when any cell has a load point, the context bucket when the cells span several, and the
+columns that flag a problem (loops, match, method) only when some cell shows one; every column
+with ``wide=True`` (``speedbench run --wide``).
 """
 from __future__ import annotations
 

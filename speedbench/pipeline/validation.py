@@ -27,7 +27,8 @@ from typing import Any
 
 from ..drafters.registry import is_baseline
 from ..backends import registry as backends
-from ..config import CELL_ORDERS, INTERLEAVE, ConfigError  # noqa: F401 - ConfigError re-exported: the error every check raises
+from ..config import CELL_ORDERS, INTERLEAVE
+from ..config import ConfigError  # noqa: F401 - re-exported: the error every check raises
 from ..data.control import CONTROL_TOKENS
 from ..data.spec import DATASET_TIERS
 from ..metrics.buckets import check_edges
