@@ -33,8 +33,12 @@ def iteration_times(steps: Sequence[StepRecord]) -> list[StepRecord]:
 
 
 def tokens_per_step(steps: Sequence[StepRecord]) -> float:
-    """Mean tokens emitted per target iteration per sequence, no-proposal steps included."""
-    return float(np.mean([s.emitted for s in steps])) if steps else NAN
+    """Mean tokens the output kept per target iteration per sequence, no-proposal steps included.
+
+    Kept, not emitted: the tokens of a last step cut at a stop token or ``max_new_tokens`` reach
+    no one, and TPOT (so the measured speedup) does not count them. A step whose kept count is
+    not known counts what it emitted."""
+    return float(np.mean([s.kept if s.kept >= 0 else s.emitted for s in steps])) if steps else NAN
 
 
 def stats_ms(values: Sequence[float]) -> tuple[float, float, float]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...drafters.registry import is_baseline
-from ..base import NAN, GenerateSpec, TurnResult
+from ..base import NAN, GenerateSpec, TurnResult, cut_to_output
 from . import profile as vllm_profile
 from . import timers as vllm_timers
 
@@ -73,6 +73,8 @@ class PassTimes:
                 self.unmatched += 1
                 continue
             result.steps = steps
+            # every decode iteration is a row now, so the output's length says what the last one kept
+            cut_to_output(steps, len(result.output_ids), lead=1)
             if len(result.output_ids) > 1 and result.decode_s > 0 and iters:
                 # vLLM's own first->last token span against the sum of the iterations timed here
                 # every decode iteration counts here, those shared with a prefill included

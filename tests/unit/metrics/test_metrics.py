@@ -75,6 +75,30 @@ def test_iteration_times_dedupe_rows_of_one_forward_and_overhead():
     assert metrics.stats_ms([0.001, 0.003])[:2] == pytest.approx((2.0, 2.0))
 
 
+def test_the_prediction_rebuilds_the_tpot_ratio_from_fully_timed_steps():
+    """With every part of every step timed, the formula is the pair's TPOT ratio rebuilt from its
+    parts: the speculative side counts the tokens its last step *kept* (2 of the 4 it emitted were
+    cut at max_new_tokens), and the baseline's own draft-phase time (a plain-decoding pass run
+    through the drafting loop with no drafter) is part of its per-step other time."""
+    ms = 1e-3
+
+    def step(rid, i, _, d, acc, kept, draft, verify, accept, other):
+        return StepRecord(rid, i, 0, d, acc, acc + 1, draft, verify, accept, draft + verify + accept + other,
+                          1 + d, iteration=i, kept=kept)
+
+    n_out = 11  # the prefill's token, then 10 decode tokens
+    base = [step("r", i, 0, 0, 0, 1, 0.06 * ms, 2.5 * ms, 0.2 * ms, 0.03 * ms) for i in range(n_out - 1)]
+    spec = [step("r", i, 1, 4, 3, kept, 2.4 * ms, 4.0 * ms, 0.3 * ms, 0.04 * ms) for i, kept in enumerate((4, 4, 2))]
+    assert sum(s.kept for s in spec) == n_out - 1 and sum(s.emitted for s in spec) == 12
+    tpot = {role: sum(s.t_step for s in steps) / (n_out - 1) for role, steps in (("b", base), ("s", spec))}
+    predicted = metrics.predicted_ratios(base, spec)
+    assert predicted.shape == (1, 1)
+    assert predicted[0, 0] == pytest.approx(tpot["b"] / tpot["s"], rel=1e-9)
+    assert metrics.tokens_per_step(spec) == pytest.approx(10 / 3)  # kept, not the 4 emitted per step
+    unknown = [StepRecord("r", 0, 0, 4, 3, 4, 0, 0, 0, 0, 5)]  # kept not known (-1): what it emitted
+    assert metrics.tokens_per_step(unknown) == 4.0
+
+
 def test_redaction_keeps_token_counts_and_hides_credentials():
     from speedbench.results.provenance import redact
 

@@ -135,6 +135,8 @@ def test_vllm_cells_get_draft_verify_split_and_prediction(engine_models, vllm_ba
     clean = [s for s in spec.steps if not math.isnan(s.t_verify)]
     assert len(clean) >= 0.8 * len(spec.steps) and all(s.t_draft > 0 and s.t_verify > 0 for s in clean)
     assert all(s.drafted == 4 for s in spec.steps)  # a draft model proposes every step
+    for r in spec.requests:  # every decode iteration is a row, so the rows say what the output kept
+        assert sum(s.kept for s in spec.steps if s.request_id == r.request_id) == r.n_tokens - 1
     assert all(s.t_draft == 0 and s.t_verify > 0 for s in base.steps if not math.isnan(s.t_verify))
     m, p = metrics.timing_columns(base, spec, 1), metrics.prediction_columns(base, spec)
     assert m.t_draft_ms > 0 and m.t_verify_ms > 0 and m.t_verify_ms_baseline > 0 and m.t_other_ms > 0
