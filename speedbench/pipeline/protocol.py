@@ -199,6 +199,7 @@ class CellMeasurement:
         self.repeats = 0
         self.elapsed_s = 0.0
         self.stopped = ""  # "target" | "max_repeats" | "budget_s" once the stopping rule ended it
+        self._merged: tuple[int, GenerateOutput, GenerateOutput] | None = None  # (repeats, baseline, spec)
 
     def run_repeat(self) -> None:
         """One repeat: every block's baseline and speculative passes, then the stopping rule."""
@@ -213,11 +214,18 @@ class CellMeasurement:
         self.elapsed_s += time.perf_counter() - t0
         self.stopped = self._stop_rule()
 
+    def merged(self) -> tuple[GenerateOutput, GenerateOutput]:
+        """The baseline's and the speculative passes so far, each role merged (once per repeat: the
+        stopping rule's merge is the result's when the cell stops)."""
+        if self._merged is None or self._merged[0] != self.repeats:
+            self._merged = (self.repeats, merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"]))
+        return self._merged[1], self._merged[2]
+
     def _stop_rule(self) -> str:
         cfg = self.cfg
         if self.repeats < cfg.min_repeats:
             return ""
-        base, spec_out = merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"])
+        base, spec_out = self.merged()
         ratios = metrics.tpot_ratios(base.requests, spec_out.requests)
         est = metrics.paired_speedup(ratios, cfg.confidence, min(cfg.n_resamples, 400),
                                      np.random.default_rng(self.repeats), requests=False,
@@ -231,7 +239,7 @@ class CellMeasurement:
         return ""
 
     def result(self) -> Measured:
-        base, spec_out = merge_passes(self.outs["baseline"]), merge_passes(self.outs["spec"])
+        base, spec_out = self.merged()
         cfg = self.cfg
         contention = self.noise.verdict(cfg.min_cpu_util, cfg.max_load_per_cpu) if self.backend.wall_clock else ""
         drafting = not is_baseline(self.specs["spec"].drafter.method)
