@@ -222,12 +222,13 @@ def _cells(n: int, noise: float = 0.0):
                      for k in range(n)]
 
 
-def _recording(monkeypatch):
-    """The (cell, repeat) of every block that ran, in the order it ran (wraps the real run_block)."""
+def _recording(monkeypatch, label=lambda block: block[0].request_id.split("-")[0]):
+    """The (label, repeat) of every block that ran, in the order it ran (wraps the real run_block);
+    the label is the cell's name by default."""
     ran, real = [], protocol.run_block
 
     def run_block(backend, block, specs, first_second, mode, noise):
-        ran.append((block[0].request_id.split("-")[0], specs["spec"].repeat))
+        ran.append((label(block), specs["spec"].repeat))
         return real(backend, block, specs, first_second, mode, noise)
 
     monkeypatch.setattr(protocol, "run_block", run_block)
@@ -286,14 +287,7 @@ def test_the_runner_measures_a_runs_cells_in_rounds_by_default(tmp_path, monkeyp
     from speedbench.config import DatasetConfig, RunConfig
     from speedbench.pipeline import runner
 
-    ran = []
-    real = protocol.run_block
-
-    def run_block(backend, block, specs, first_second, mode, noise):
-        ran.append((block[0].category, specs["spec"].repeat))
-        return real(backend, block, specs, first_second, mode, noise)
-
-    monkeypatch.setattr(protocol, "run_block", run_block)
+    ran = _recording(monkeypatch, label=lambda block: block[0].category)
     run = RunConfig(target=ModelConfig(name="t", path="random:unused"), drafter=make_drafter("draft_model", 4, model="x"),
                     dataset=DatasetConfig(name="mini", path="qualitative.jsonl", categories=["coding", "math"], n_requests=4),
                     backend=BackendConfig(name="synthetic", options={"noise": 0.0}), sampling=SamplingConfig(),
