@@ -52,7 +52,11 @@ def differ(a: tuple[float, float] | None, b: tuple[float, float] | None) -> str:
 def is_stable(row: Any) -> bool:
     """A row without a ``stable`` value (results from before the protocol) counts as stable."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    v = get("stable", True)
+    return stable_value(get("stable", True))
+
+
+def stable_value(v: Any) -> bool:
+    """One ``stable`` value: missing (None or NaN: a cell from before the protocol) counts as stable."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return True
     return bool(v)

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import pandas as pd
 
-from .. import metrics
+from .. import evidence, metrics
 from ..drafters.registry import is_baseline
 
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
@@ -104,10 +104,11 @@ def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
 
 def stable_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(stable, unstable) cells. Results from before the measurement protocol (no ``stable``
-    column) count as stable: nothing says otherwise."""
+    value, a whole folder or some cells of it) count as stable: nothing says otherwise
+    (``evidence.stable_value``, the rule every verdict reads)."""
     if cells.empty or "stable" not in cells:
         return cells, cells.iloc[0:0]
-    mask = cells["stable"].fillna(False).astype(bool)
+    mask = cells["stable"].map(evidence.stable_value).astype(bool)
     return cells[mask], cells[~mask]
 
 
@@ -155,8 +156,6 @@ def _col(grp: pd.DataFrame, name: str) -> pd.Series:
 
 def _values(src: pd.DataFrame) -> dict:
     """Speedup, intervals, AL and stability of the rows a configuration is read from."""
-    from .. import evidence
-
     s, lo, hi, noise = (_col(src, c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_noise"))
     if len(src) == 1:
         point, low, high = float(s.iloc[0]), float(lo.iloc[0]), float(hi.iloc[0])

@@ -19,10 +19,13 @@ from ..results.load import ReportData
 GEMM_KNEE = 0.8  # normalised TFLOP/s at which the GEMM counts as compute-bound
 
 
-def verify_ratios(ok: pd.DataFrame) -> pd.DataFrame:
-    """Per (setup, B, D): median t_verify_ms / median t_verify_ms_baseline over the cells."""
+def verify_ratios(ok: pd.DataFrame, setup: list[str] | None = None) -> pd.DataFrame:
+    """Per (setup, B, D): median t_verify_ms / median t_verify_ms_baseline over the cells.
+
+    ``setup``: the setup columns to key by (default ``setup_cols(ok)``); a section that splits its
+    cells (stable / unstable) passes those of all its cells, so that every part is keyed alike."""
     spec = spec_cells(ok)
-    keys = setup_cols(ok) + [B, D]
+    keys = (setup_cols(ok) if setup is None else list(setup)) + [B, D]
     if spec.empty:
         return pd.DataFrame(columns=keys + ["t_verify_ms", "t_verify_ms_baseline", "ratio"])
     g = spec.groupby(keys, dropna=False)
@@ -64,22 +67,26 @@ def build(data: ReportData, out: Path) -> Section:
         f"the extra tokens are nearly free; a ratio T_verif(B(1+D)) / T_verif(B) <= {NEARLY_FREE:g} counts as "
         "nearly free here. Ratios are **measured** (median over cells; both times come from the same cell's matched runs)."
     )
+    # one key for every part: the setup columns of all ok cells, whichever of them are stable
+    setup = setup_cols(data.ok)
     stable, unstable = stable_cells(data.ok)
     unstable = spec_cells(unstable)
-    if len(unstable):
-        sec.text(f"{len(unstable)} unstable cell(s) left out (see the summary's list): no verdict is drawn from them.")
-    ratios = verify_ratios(stable)
+    ratios = verify_ratios(stable, setup)
+    shaky = verify_ratios(unstable, setup)
     sec.values["ratios"] = ratios.to_dict("records")
-    if ratios.empty:
-        sec.text("No speculative cell with verification times: n/a." if unstable.empty else
-                 "No stable speculative cell with verification times: no verdict (n/a).")
+    sec.values["unstable_ratios"] = shaky.to_dict("records")
+    if len(unstable):
+        sec.text(f"{len(unstable)} unstable cell(s) left out of the verdict (see the summary's list): their ratios "
+                 f"are shown on rows marked *{UNSTABLE_ROW}*; no verdict is drawn from them.")
+    if ratios.empty and shaky.empty:
+        sec.text("No speculative cell with verification times: n/a.")
     else:
-        setup = setup_cols(data.ok)
-        pivot = ratios.pivot_table(index=setup + [D], columns=B, values="ratio", aggfunc="first", dropna=False)
-        pivot.columns = [f"B={c}" for c in pivot.columns]
-        sec.table(pivot.reset_index().rename(columns={D: "D"}),
-                  "T_verif(B(1+D)) / T_verif(B) (measured; n/a = not measured).",
-                  {c: MEASURED for c in pivot.columns})
+        sec.table(_ratio_table(ratios, shaky, setup), "T_verif(B(1+D)) / T_verif(B) (measured; n/a = not measured).",
+                  {c: MEASURED for c in _batch_columns(ratios, shaky)})
+    if ratios.empty:
+        if len(shaky):
+            sec.text("No stable speculative cell with verification times: no verdict (n/a).")
+    else:
         free = nearly_free(ratios)
         _no_d_pays(sec, free, stable, stable_cells(data.overall)[0])
         sec.values["nearly_free"] = free.to_dict("records")
@@ -94,6 +101,30 @@ def build(data: ReportData, out: Path) -> Section:
     _gemm(sec, data, out)
     _verify_microbench(sec, data, out)
     return sec
+
+
+UNSTABLE_ROW = "unstable, no verdict"
+
+
+def _batch_columns(*parts: pd.DataFrame) -> list[str]:
+    return [f"B={b}" for b in sorted({b for p in parts for b in p[B]})]
+
+
+def _ratio_table(ratios: pd.DataFrame, shaky: pd.DataFrame, setup: list[str]) -> pd.DataFrame:
+    """One row per (setup, D), one column per B: the stable cells' ratios (n/a where a D was not
+    measured), then the unstable cells' rows, marked ``UNSTABLE_ROW`` in an evidence column (only
+    when there are such rows)."""
+    rows = []
+    for part, mark in ((ratios, "stable"), (shaky, UNSTABLE_ROW)):
+        if part.empty:
+            continue
+        pivot = part.pivot_table(index=setup + [D], columns=B, values="ratio", aggfunc="first", dropna=False)
+        if mark == UNSTABLE_ROW:
+            pivot = pivot.dropna(how="all")  # only what the unstable cells measured
+        pivot.columns = [f"B={c}" for c in pivot.columns]
+        rows.append(pivot.reset_index().assign(evidence=mark) if not shaky.empty else pivot.reset_index())
+    table = pd.concat(rows, ignore_index=True)
+    return table[[c for c in table.columns if not c.startswith("B=")] + _batch_columns(ratios, shaky)].rename(columns={D: "D"})
 
 
 def _no_d_pays(sec: Section, free: pd.DataFrame, stable: pd.DataFrame, overall: pd.DataFrame) -> None:

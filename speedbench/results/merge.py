@@ -10,6 +10,11 @@ Duplicates (the same cell id in two folders):
   * an ``ok`` cell and a ``failed`` one: the ``ok`` one wins (as a resume would redo it);
   * two different measurements: refused (exit 3) unless ``--prefer newest``, which keeps
     the most recently written cell.
+Failed attempts (``failures.jsonl``: a failed re-measurement of a measured cell, which kept the
+cell) move with the same rules: one attempt (its cell id and time; every line of it in one
+folder) is kept once when two folders hold it identically, and two different records of one
+attempt are refused like two different measurements (``--prefer newest``: the newest
+``failures.jsonl``'s). The merged ``failures.jsonl`` is every attempt kept, oldest first.
 Provenance: the first folder's ``provenance.json`` stays the top level; every source's
 provenance is kept under ``merged_from``.
 """
@@ -47,11 +52,27 @@ class CellCopy:
 
 
 @dataclass(frozen=True)
+class AttemptCopy:
+    """One failed attempt at a measured cell (its ``failures.jsonl`` lines) as found in one folder."""
+
+    cell_id: str
+    at: str
+    root: Path
+    lines: tuple[dict, ...]
+    mtime_ns: int  # its failures.jsonl's
+
+    @property
+    def row(self) -> tuple[dict, ...]:  # compared as a whole, like a cell's row
+        return self.lines
+
+
+@dataclass(frozen=True)
 class MergeResult:
     copied: int
     kept: int
     duplicates: int
     conflicts: tuple[str, ...]
+    attempts: int = 0  # failed attempts in the merged failures.jsonl
 
 
 class MergeConflict(Exception):
@@ -65,15 +86,54 @@ def cells_in(root: Path) -> list[CellCopy]:
     return out
 
 
+def attempts_in(root: Path) -> list[AttemptCopy]:
+    store = ResultsStore(root)
+    by_attempt: dict[tuple[str, str], list[dict]] = {}
+    for line in store.failures():
+        by_attempt.setdefault((str(line["cell_id"]), str(line.get("at", ""))), []).append(line)
+    mtime = store.failures_path.stat().st_mtime_ns if by_attempt else 0
+    return [AttemptCopy(cid, at, root, tuple(lines), mtime) for (cid, at), lines in by_attempt.items()]
+
+
 def choose(a: CellCopy, b: CellCopy, prefer: str) -> CellCopy:
     """The copy of one cell to keep; raises MergeConflict for two different measurements."""
     if _canonical(a.row) == _canonical(b.row):
         return a
     if a.ok != b.ok:
         return a if a.ok else b
+    return _newest(a, b, prefer, f"cell {a.cell_id}: different results in {a.root} and {b.root}")
+
+
+def choose_attempt(a: AttemptCopy, b: AttemptCopy, prefer: str) -> AttemptCopy:
+    """The record of one failed attempt to keep; raises MergeConflict for two different records of it."""
+    if _canonical(a.row) == _canonical(b.row):
+        return a
+    return _newest(a, b, prefer, f"cell {a.cell_id}: different records of its failed attempt at {a.at} in "
+                                 f"{RunFolder(a.root).failures_path} and {RunFolder(b.root).failures_path}")
+
+
+def _newest(a, b, prefer: str, conflict: str):
     if prefer == "newest":
         return a if a.mtime_ns >= b.mtime_ns else b
-    raise MergeConflict(f"cell {a.cell_id}: different results in {a.root} and {b.root}")
+    raise MergeConflict(conflict)
+
+
+def _union(copies, sources: list[Path], key, read, pick, prefer: str) -> tuple[dict, int, list[str]]:
+    """Every source's copies added to ``copies`` (key -> copy, ``out``'s own): duplicates counted,
+    conflicts listed, ``pick`` choosing between two copies of one key."""
+    duplicates, conflicts = 0, []
+    for src in sources:
+        for item in read(src):
+            k = key(item)
+            if k not in copies:
+                copies[k] = item
+                continue
+            duplicates += 1
+            try:
+                copies[k] = pick(copies[k], item, prefer)
+            except MergeConflict as exc:
+                conflicts.append(str(exc))
+    return copies, duplicates, conflicts
 
 
 def _canonical(row: dict) -> str:
@@ -86,17 +146,10 @@ def merge(out: Path, sources: list[Path], prefer: str = "error") -> MergeResult:
     sources = [Path(s) for s in sources if Path(s).resolve() != out.resolve()]
     chosen: dict[str, CellCopy] = {c.cell_id: c for c in cells_in(out)}
     existing = dict(chosen)
-    conflicts, duplicates = [], 0
-    for src in sources:
-        for cell in cells_in(src):
-            if cell.cell_id not in chosen:
-                chosen[cell.cell_id] = cell
-                continue
-            duplicates += 1
-            try:
-                chosen[cell.cell_id] = choose(chosen[cell.cell_id], cell, prefer)
-            except MergeConflict as exc:
-                conflicts.append(str(exc))
+    chosen, duplicates, conflicts = _union(chosen, sources, lambda c: c.cell_id, cells_in, choose, prefer)
+    attempts, _, attempt_conflicts = _union({(a.cell_id, a.at): a for a in attempts_in(out)}, sources,
+                                            lambda a: (a.cell_id, a.at), attempts_in, choose_attempt, prefer)
+    conflicts += attempt_conflicts
     if conflicts:  # nothing written: a refused merge leaves ``out`` as it was
         return MergeResult(0, 0, duplicates, tuple(conflicts))
     copied = 0
@@ -109,9 +162,11 @@ def merge(out: Path, sources: list[Path], prefer: str = "error") -> MergeResult:
         for path in cell.files():
             _copy(path, out / path.relative_to(cell.root))
         copied += 1
+    ResultsStore(out).write_failures(line for a in sorted(attempts.values(), key=lambda a: (a.at, a.cell_id))
+                                     for line in a.lines)
     _merge_provenance(out, sources)
     ResultsStore(out).rebuild_table()
-    return MergeResult(copied, len(chosen) - copied, duplicates, ())
+    return MergeResult(copied, len(chosen) - copied, duplicates, (), len(attempts))
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -161,5 +216,7 @@ def main(args: argparse.Namespace) -> int:
         print("  rerun with --prefer newest to keep the most recent result of each", file=sys.stderr)
         return EXIT_CONFLICT
     n = result.copied + result.kept
-    print(f"merged {len(args.dirs)} folder(s) into {args.out}: {n} cells ({result.copied} copied, {result.duplicates} duplicate ids)")
+    attempts = f"; {result.attempts} failed attempt(s) in failures.jsonl" if result.attempts else ""
+    print(f"merged {len(args.dirs)} folder(s) into {args.out}: {n} cells ({result.copied} copied, "
+          f"{result.duplicates} duplicate ids){attempts}")
     return 0

@@ -198,11 +198,17 @@ class ResultsStore(RunFolder):
 
         def append() -> None:
             with open(self.failures_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(redact(line), default=_json_default) + "\n")
+                handle.write(_failure_line(line))
 
         _writing(self.root, self.failures_path.name, append)
         log.warning("cell %s (%s): this attempt failed (%s); the measured cell is kept as it was, the failure "
                     "is in %s", cell.cell_id, cell.category, redact(cell.error), self.failures_path)
+
+    def write_failures(self, lines: Iterable[dict[str, Any]]) -> None:
+        """``failures.jsonl`` as ``lines`` (one atomic write; ``speedbench merge``); none: left as it is."""
+        text = "".join(_failure_line(line) for line in lines)
+        if text:
+            _writing(self.root, self.failures_path.name, lambda: atomic_write_text(self.failures_path, text))
 
     def write_provenance(self, provenance: dict[str, Any]) -> None:
         _writing(self.root, self.provenance_path.name,
@@ -242,6 +248,29 @@ class ResultsStore(RunFolder):
         path = self.cell_path(cell_id)
         return read_cell_file(path) if path.exists() else {}
 
+    def failures(self) -> list[dict[str, Any]]:
+        """The failed attempts at measured cells (``failures.jsonl``, one object a line; ``[]`` when none);
+        a line that is not one JSON object is a ``ResultsReadError`` naming the file and the line."""
+        path = self.failures_path
+        if not path.exists():
+            return []
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ResultsReadError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ResultsReadError(f"{path}: line {n} is not JSON ({exc})") from exc
+            if not isinstance(row, dict) or not row.get("cell_id"):
+                raise ResultsReadError(f"{path}: line {n} is not a failed attempt (a JSON object with a cell_id)")
+            rows.append(row)
+        return rows
+
     def finished(self, cell_id: str) -> bool:
         return self.cell(cell_id).get("status") == STATUS_OK
 
@@ -259,6 +288,10 @@ class ResultsStore(RunFolder):
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ResultsReadError(f"{path}: unreadable provenance ({type(exc).__name__}: {exc})") from exc
+
+
+def _failure_line(line: dict[str, Any]) -> str:
+    return json.dumps(redact(line), default=_json_default) + "\n"
 
 
 def _utc_now() -> str:

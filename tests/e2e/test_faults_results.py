@@ -4,6 +4,7 @@ loop and a read-only report folder are one line naming the file or folder, exit 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -194,3 +195,54 @@ def test_a_folder_written_before_the_digest_still_loads_and_gates(tmp_path, caps
     code = main(["gate", "--baseline", str(old), "--current", str(results / "new"), "--config", "ci"])
     out = capsys.readouterr().out
     assert code == 0 and "PASS" in out and "prompts differ" not in out.lower(), out
+
+
+# issue 54, finding 1: G1 over cells whose setup columns differ, some of them unstable
+
+def _run_on(results: Path, run_id: str, dataset: str, *extra: str) -> Path:
+    argv = [a for a in SMALL if not a.startswith("dataset=")] + [f"dataset={dataset}"]
+    assert main(["run", *argv, f"results_dir={results}", f"run_id={run_id}", "hydra/job_logging=disabled", *extra]) == 0
+    return results / run_id
+
+
+def _g1(out: Path) -> tuple[dict, str]:
+    md = (out / "report.md").read_text()
+    return json.loads((out / "report.json").read_text())["g1"], md[md.index("## G1"):md.index("## G2")]
+
+
+def test_report_over_two_runs_differing_in_dataset_one_all_unstable_marks_its_rows(tmp_path, capsys):
+    one = _run_on(tmp_path / "results", "one", "smoke", "protocol.min_repeats=1", "protocol.max_repeats=1")
+    two = _run_on(tmp_path / "results", "two", "mini")
+    assert not any(json.loads(p.read_text())["stable"] for p in (one / "cells").glob("*.json"))  # one repeat: unstable
+    capsys.readouterr()
+    code = main(["report", str(one), str(two), "--no-plots", "--out", str(tmp_path / "report")])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    g1, md = _g1(tmp_path / "report")
+    assert {r["dataset"] for r in g1["ratios"]} == {"mini"}  # the verdict reads the stable run only
+    assert {r["dataset"] for r in g1["unstable_ratios"]} == {"smoke"}  # the unstable run's ratios, kept apart
+    assert all(math.isfinite(r["ratio"]) for r in g1["ratios"] + g1["unstable_ratios"])
+    rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "smoke" in ln]
+    assert rows and all("unstable" in ln for ln in rows), md  # shown, and marked
+    assert not any("unstable" in ln for ln in md.splitlines() if ln.startswith("| ") and "mini" in ln), md
+
+
+@pytest.mark.parametrize("lacks", [("stable", "unstable_reason"), ("dataset", "stable", "unstable_reason")])
+def test_report_over_a_folder_mixing_older_cells_and_new_ones(tmp_path, capsys, lacks):
+    old = _run_on(tmp_path / "results", "old", "smoke")
+    new = _run_on(tmp_path / "results", "new", "mini")
+    for path in (old / "cells").glob("*.json"):  # cells written before these columns, into the new run's folder
+        row = json.loads(path.read_text())
+        for key in lacks:
+            row.pop(key)
+        (new / "cells" / path.name).write_text(json.dumps(row))
+        for part in ("requests", "steps"):
+            if (old / part / f"{path.stem}.parquet").is_file():
+                shutil.copy(old / part / f"{path.stem}.parquet", new / part)
+    capsys.readouterr()
+    code = main(["report", str(new), "--no-plots", "--out", str(tmp_path / "report")])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    g1, md = _g1(tmp_path / "report")
+    # older cells count as stable (nothing says otherwise): every cell in the verdict, none marked
+    assert g1["unstable_ratios"] == [] and "unstable" not in md
+    if "dataset" not in lacks:
+        assert {r["dataset"] for r in g1["ratios"]} == {"smoke", "mini"}
