@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                  "within the SLO set, baseline and speculative, from a load sweep"),
     "gate": ("speedbench.gate.cli", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
     "merge": ("speedbench.results.merge", "merge results folders (e.g. one per Slurm job) into one"),
+    "import": ("speedbench.interop.import_cli", "turn other tools' baseline/speculative result files (vllm bench serve, "
+               "AIPerf) into a results folder"),
+    "export": ("speedbench.interop.export_cli", "write a results folder for other tools: SPEED-Bench run folders, "
+               "InferenceX golden-AL YAML, a tidy CSV"),
     "wandb-log": ("speedbench.loggers.cli", "log an existing results folder to Weights & Biases"),
 }
 

@@ -184,6 +184,7 @@ class CellResult(CellIdentity, AcceptanceColumns, TimingColumns, SpeedupColumns,
     batch_size_run: int = -1  # largest batch run: min(batch_size, prompts in the cell)
     derived: bool = False  # computed from other cells' records (category=all), not measured on its own
     synthetic_al: float = float("nan")  # set: acceptance was forced to this mean AL (cost surface; not lossless)
+    source: str = ""  # another tool's measurement imported ("<tool> <version>", speedbench.interop); "": speedbench's own
 
 
 
