@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("speedbench.modelling.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
     "microbench": ("speedbench.modelling.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
     "round": ("speedbench.modelling.rounds", "explain one draft-and-verify round: tokens, costs, speedup"),
+    "mechanisms": ("speedbench.report.mechanisms_cli", "the mechanism table of a results folder: inputs, generation "
+                   "mode, memory, draft time per D, AL per category, training cost, best speedup per batch size"),
     "schedule": ("speedbench.schedule.cli", "pick the best D per load (batch size / concurrency) from a sweep; "
                  "write vLLM's num_speculative_tokens_per_batch_size; --verify a schedule against static D"),
     "capacity": ("speedbench.capacity.cli", "the highest request rate (or concurrency) each configuration sustains "
