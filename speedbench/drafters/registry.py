@@ -97,7 +97,9 @@ METHODS: dict[str, DrafterMethod] = {
     "eagle": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), cost="head"),
     "dflash": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), kind=PARALLEL,
                             cost="head", planned=True),
-    "medusa": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), fixed_k_why="medusa asserts a fixed K",
+    "medusa": DrafterMethod(needs_model=True, reference="speedbench.drafters.medusa:MedusaDrafter",
+                            reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
+                            fixed_k_why="vLLM's medusa drafts exactly its num_heads tokens (asserts a fixed K)",
                             kind=PARALLEL, cost="head"),
     "mtp": DrafterMethod(engines=frozenset({"vllm"}), cost="target_head"),  # the target's own heads unless drafter.model is set
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(

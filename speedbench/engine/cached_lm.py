@@ -12,7 +12,9 @@ Ragged acceptance in a batch is therefore just ``truncate`` with a different len
 
 Feature capture (for EAGLE-style drafters): when ``capture`` names layer ids, each
 ``forward`` leaves ``captured`` [B, T, len(capture) * hidden]: the residual stream after
-that many decoder layers (vLLM's ``eagle_aux_hidden_state_layer_ids`` convention).
+that many decoder layers (vLLM's ``eagle_aux_hidden_state_layer_ids`` convention); the id equal to
+the number of layers gives the final normed hidden state, the one the LM head reads (HF's last
+``hidden_states`` entry; what Medusa heads read).
 """
 from __future__ import annotations
 
