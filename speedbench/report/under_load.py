@@ -200,8 +200,9 @@ def _by_live_batch(sec: Section, frame: pd.DataFrame) -> None:
 
 
 def _capacity(sec: Section, data: ReportData) -> None:
-    """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``)."""
-    from ..capacity.search import CapacityError, search
+    """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``) and the
+    attainment per level behind each, with its interval (``capacity.search.ATTAINMENT_INTERVAL``)."""
+    from ..capacity.search import ATTAINMENT_INTERVAL, CapacityError, search
 
     try:
         objectives, rows = search(data)
@@ -214,6 +215,19 @@ def _capacity(sec: Section, data: ReportData) -> None:
              "target):\n\n" + "\n".join(f"- {r.line()}; from the points at {r.axis} = "
                                         f"{', '.join(f'{lv.load:g}' for lv in r.levels.get('spec', ()))}."
                                         for r in rows))
+    table = []
+    for r in rows:
+        for lv in r.attainment_rows():
+            table.append({"drafter": r.drafter, "D": r.D, "context bucket": r.context_bucket, "fixed": r.fixed,
+                          r.axis: lv["load"], "attainment_baseline": lv.get("baseline", math.nan),
+                          "n_baseline": lv.get("n_baseline", math.nan), "attainment_spec": lv.get("spec", math.nan),
+                          "n_spec": lv.get("n_spec", math.nan)})
+    if table:
+        frame = pd.DataFrame(table)
+        frame = frame.drop(columns=[c for c in ("context bucket", "fixed") if not frame[c].astype(bool).any()])
+        sec.values["capacity_levels"] = frame.to_dict("records")
+        sec.table(frame, f"Attainment per level (share of requests within every objective) behind each capacity, "
+                         f"with its {ATTAINMENT_INTERVAL}.", {"attainment_baseline": MEASURED, "attainment_spec": MEASURED})
 
 
 def build(data: ReportData, out: Path) -> Section:
