@@ -14,6 +14,8 @@ from typing import Callable
 
 import pandas as pd
 
+from ..columns import load_label
+
 WIDTH = 120  # the widest line of the default table
 WIDE_HINT = "(speedbench run --wide: every column)"
 
@@ -153,6 +155,9 @@ def _display_values(cells: pd.DataFrame) -> pd.DataFrame:
         cells = cells.assign(num_speculative_tokens=[
             f"{d} (schedule)" if isinstance(sc, str) and sc else d
             for d, sc in zip(cells["num_speculative_tokens"], cells["schedule"])])
+    if "batch_size" in cells.columns:  # a load point sets its own requests in flight (C or the rate): B is not it
+        point = [bool(load_label(r)) for _, r in cells.iterrows()]
+        cells = cells.assign(batch_size=["-" if p else b for p, b in zip(point, cells["batch_size"])])
     if "concurrency" in cells.columns:
         cells = cells.assign(concurrency=[c if _numeric(pd.Series([c])).iloc[0] >= 0 else "-" for c in cells["concurrency"]])
     if "request_rate" in cells.columns:

@@ -97,6 +97,19 @@ def load_cols(cells: pd.DataFrame) -> list[str]:
     return list(LOAD_COLUMNS) if bool((conc > 0).any() or rate.map(math.isfinite).any()) else []
 
 
+def point_text(setup: list[str], key: tuple) -> str:
+    """Where a configuration ran, for a sentence or a title: its setup columns as ``name=value``, then its load
+    point (``C=4``, ``rate=2/s``: ``columns.load_label``) where it has one, else ``B = <batch size>``. A load point
+    sets its own requests in flight, so it is never named by B (``key`` = the values of ``setup`` + [B])."""
+    from ..columns import load_label
+
+    values = dict(zip(setup, key))
+    load = load_label({c: pd.to_numeric(values.get(c), errors="coerce") for c in LOAD_COLUMNS if c in values}
+                      | {c: float(values[c]) for c in LOAD_COLUMNS if finite(values.get(c))}).strip()
+    rest = [f"{c}={v}" for c, v in values.items() if c not in LOAD_COLUMNS]
+    return ", ".join(rest + [load.replace(" ", ", ") if load else f"B = {int(key[-1])}"])
+
+
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
     return ok[(ok[D] > 0) & ~ok["method"].map(is_baseline)] if not ok.empty else ok
@@ -122,7 +135,9 @@ def config_speedups(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> 
     derived ``all`` rows (``overall``, one per context bucket) when there is one for each of its context
     buckets, else its cells. One row: its speedup, interval and AL as they are. Several: the geometric
     mean of their speedups with ``metrics.geomean_interval``, the mean AL. ``stable`` counts the stable
-    rows among them; ``unstable`` is ``evidence.unstable_note`` of them."""
+    *cells* of the configuration (never its derived rows: a configuration of 3 cells read from its one ``all``
+    row is "n of 3 cells", not "1 of 1"); ``unstable`` is ``evidence.unstable_note`` of those cells, or names the
+    pooled row when it alone is unstable (``_stability``)."""
     keys = setup_cols(spec) + [MECH, "method", D, B]
     derived = _by_key(overall, keys) if overall is not None and not overall.empty else {}
     rows = []
@@ -134,9 +149,19 @@ def config_speedups(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> 
             src, source = mine, SOURCE_ALL
         else:
             src, source = grp, SOURCE_CELL if len(grp) == 1 else SOURCE_GEO
-        rows.append({**dict(zip(keys, key)), **_values(src), "source": source})
+        rows.append({**dict(zip(keys, key)), **_values(src), **_stability(grp, src, source), "source": source})
     return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "noise_low", "noise_high",
                                               "stable", "unstable", "al", "al_speed_bench", "rows", "source"])
+
+
+def _stability(cells: pd.DataFrame, src: pd.DataFrame, source: str) -> dict:
+    """``stable`` (stable cells / cells) and ``unstable`` (the caveat) of a configuration, counted over its cells."""
+    records = [r for _, r in cells.iterrows()]
+    stable = sum(1 for r in records if evidence.is_stable(r))
+    note = evidence.unstable_note(records)
+    if not note and source == SOURCE_ALL and not all(evidence.is_stable(r) for _, r in src.iterrows()):
+        note = f"unstable: the pooled all row (0 of {len(records)} cells)"
+    return {"stable": f"{stable}/{len(records)}", "unstable": note}
 
 
 def _norm(key: tuple) -> tuple:
@@ -155,7 +180,7 @@ def _col(grp: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _values(src: pd.DataFrame) -> dict:
-    """Speedup, intervals, AL and stability of the rows a configuration is read from."""
+    """Speedup, intervals and AL of the rows a configuration is read from (its stability: ``_stability``)."""
     s, lo, hi, noise = (_col(src, c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_noise"))
     if len(src) == 1:
         point, low, high = float(s.iloc[0]), float(lo.iloc[0]), float(hi.iloc[0])
@@ -166,10 +191,7 @@ def _values(src: pd.DataFrame) -> dict:
             point = metrics.geomean(list(s))
         # the same prompts under every configuration: compare configurations on measurement noise alone
         _, n_low, n_high = metrics.geomean_interval(list(s), list(s * (1 - noise)), list(s * (1 + noise)))
-    records = [r for _, r in src.iterrows()]
-    stable = sum(1 for r in records if evidence.is_stable(r))
     return {"speedup": point, "speedup_low": low, "speedup_high": high, "noise_low": n_low, "noise_high": n_high,
-            "stable": f"{stable}/{len(src)}", "unstable": evidence.unstable_note(records),
             "al": float(_col(src, "al").mean()), "al_speed_bench": float(_col(src, "al_speed_bench").mean()),
             "rows": len(src)}
 

@@ -2,8 +2,10 @@
 
 Mechanisms, categories and context buckets are whatever the cells hold (columns, not lists).
 A mechanism's score in a slice is its best measured speedup over the draft lengths measured
-there; a mechanism with no cell in a slice shows n/a. A slice's winner must beat plain decoding
-(speedup > 1): where none does, the winner column says ``none pays`` and names the best.
+there; a mechanism with no cell in a slice shows n/a. A slice's winner is read off intervals: the
+best mechanism wins when its interval lies above plain decoding (1.0) and excludes the runner-up's
+speedup; otherwise the slice is a ``tie`` (with plain decoding, or with the runner-up), and where even
+the best is slower the winner column says ``none pays`` and names the best.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import numpy as np
 import pandas as pd
 
 from . import draft_cost, plots
-from .common import B, D, MEASURED, MECH, Section, config_speedups, device_unit, per_config, setup_cols, spec_cells
+from .. import metrics
+from .common import (B, D, MEASURED, MECH, Section, config_speedups, device_unit, finite, per_config, point_text,
+                     setup_cols, spec_cells)
 
 
 def ranking(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -40,28 +44,76 @@ def ranking(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataF
 
 
 NONE_PAYS = "none pays"
+TIE = "tie"
 
 
-def winner(row: pd.Series) -> str:
-    """The mechanism with the best measured speedup in a slice, when it beats plain decoding (speedup > 1);
-    else ``none pays`` (as *What to pick* says ``none``), naming the best; ``n/a`` when nothing finite was measured."""
+def _iv(lo: float, hi: float) -> str:
+    return f"[{lo:.3g}, {hi:.3g}]" if finite(lo) and finite(hi) else "n/a"
+
+
+def winner(row: pd.Series, lows: pd.Series | None = None, highs: pd.Series | None = None) -> str:
+    """A slice's winner from the mechanisms' best speedups (``row``) and their intervals (``lows``, ``highs``):
+    the best mechanism when its interval lies above 1.0 and excludes the runner-up's speedup; ``tie: ...``
+    when it includes 1.0 or the runner-up; ``none pays`` (naming the best) when its interval lies below 1.0, or
+    its speedup is below 1.0 and it has no interval; ``no verdict`` when the best above 1.0 has no interval;
+    ``n/a`` when nothing finite was measured."""
     row = pd.to_numeric(row, errors="coerce")
     row = row[np.isfinite(row)]
     if row.empty:
         return "n/a"
-    best = row.idxmax()
-    return best if row[best] > 1.0 else f"{NONE_PAYS} (best: {best} {row[best]:.2f}x, slower than plain decoding)"
+    order = row.sort_values(ascending=False)
+    best, point = order.index[0], float(order.iloc[0])
+    lo = float(lows[best]) if lows is not None and best in lows else math.nan
+    hi = float(highs[best]) if highs is not None and best in highs else math.nan
+    said = f"{best} {point:.2f}x {_iv(lo, hi)}"
+    if not (finite(lo) and finite(hi)):
+        if point <= 1.0:
+            return f"{NONE_PAYS} (best: {best} {point:.2f}x, slower than plain decoding)"
+        return f"no verdict (best: {best} {point:.2f}x, no measured interval)"
+    if hi < 1.0:
+        return f"{NONE_PAYS} (best: {said}, slower than plain decoding)"
+    if lo <= 1.0:
+        return f"{TIE}: {said} ~ plain decoding (its interval includes 1.0)"
+    if len(order) > 1 and float(order.iloc[1]) >= lo:
+        runner, r_point = order.index[1], float(order.iloc[1])
+        return f"{TIE}: {best} ~ {runner} ({said} includes {runner} {r_point:.2f}x)"
+    return str(best)
+
+
+def _slice_scores(cells: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Per (slice value, mechanism, D): the speedup and its interval over the cells there (one cell: its own;
+    several, e.g. the context buckets of a category: ``metrics.geomean_interval``)."""
+    rows = []
+    for (value, mech, depth), g in cells.groupby([by, MECH, D]):
+        s = pd.to_numeric(g["speedup"], errors="coerce")
+        lo = pd.to_numeric(g.get("speedup_ci_low", s * math.nan), errors="coerce")
+        hi = pd.to_numeric(g.get("speedup_ci_high", s * math.nan), errors="coerce")
+        if len(g) == 1:
+            point, low, high = float(s.iloc[0]), float(lo.iloc[0]), float(hi.iloc[0])
+        else:
+            point, low, high = metrics.geomean_interval(list(s), list(lo), list(hi))
+            point = point if finite(point) else metrics.geomean(list(s))
+        rows.append({by: value, MECH: mech, D: depth, "speedup": point, "low": low, "high": high})
+    return pd.DataFrame(rows, columns=[by, MECH, D, "speedup", "low", "high"])
 
 
 def slice_pivot(spec: pd.DataFrame, batch: int, by: str, mechanisms: list[str]) -> pd.DataFrame:
-    """Rows = values of ``by`` (category or context_bucket), columns = every mechanism; best speedup over D."""
+    """Rows = values of ``by`` (category or context_bucket), columns = every mechanism (its best speedup over D),
+    then the best mechanism's interval and the winner (``winner``: read off the intervals)."""
     cells = spec[spec[B] == batch]
     rows_all = sorted(spec[by].astype(str).unique())
-    per = cells.groupby([by, MECH, D])["speedup"].mean().reset_index()  # mean over the other slice dimension
-    best = per.groupby([by, MECH])["speedup"].max().unstack(MECH) if len(per) else pd.DataFrame()
-    best = best.reindex(index=rows_all, columns=mechanisms)  # absent = NaN = n/a, never 0
+    per = _slice_scores(cells.assign(**{by: cells[by].astype(str)}), by)
+    if len(per):
+        top = per.loc[per.dropna(subset=["speedup"]).groupby([by, MECH])["speedup"].idxmax().values]
+        best = top.pivot(index=by, columns=MECH, values="speedup")
+        lows, highs = top.pivot(index=by, columns=MECH, values="low"), top.pivot(index=by, columns=MECH, values="high")
+    else:
+        best = lows = highs = pd.DataFrame()
+    best, lows, highs = (f.reindex(index=rows_all, columns=mechanisms) for f in (best, lows, highs))  # absent = n/a
     best.index.name = by
-    best["winner"] = [winner(row) for _, row in best[mechanisms].iterrows()]
+    best["best's interval"] = [_iv(lows.loc[i, row.idxmax()], highs.loc[i, row.idxmax()])
+                               if row.notna().any() else "n/a" for i, row in best[mechanisms].iterrows()]
+    best["winner"] = [winner(row, lows.loc[i], highs.loc[i]) for i, row in best[mechanisms].iterrows()]
     return best.reset_index().rename(columns={by: "context bucket" if by == "context_bucket" else by})
 
 
@@ -83,7 +135,7 @@ def build(data, out: Path) -> Section:
     for key, grp in rank.groupby(setup + ["B"], dropna=False):
         top = grp[grp["rank"] == 1].iloc[0]
         key = key if isinstance(key, tuple) else (key,)
-        where = "".join(f"{c}={v}, " for c, v in zip(setup, key)) + f"B = {key[-1]}"
+        where = point_text(setup, key)
         note = f" ({top['evidence']})" if top["evidence"] != "stable" else ""
         if not top["speedup"] > 1.0:
             sec.text(f"At {where} no mechanism beats plain decoding (best: {top['mechanism']} D={top['best D']} at "
@@ -112,7 +164,7 @@ def _load_slices(spec: pd.DataFrame, setup: list[str]):
     """(key, title, cells) per (setup and load point, B); the key (report.json) is B alone when nothing else varies."""
     for key, part in spec.groupby(setup + [B], dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
-        title = "".join(f"{c}={v}, " for c, v in zip(setup, key)) + f"B = {int(key[-1])}"
+        title = point_text(setup, key)
         yield (title if setup else int(key[-1])), title, part
 
 
