@@ -110,6 +110,35 @@ def point_text(setup: list[str], key: tuple) -> str:
     return ", ".join(rest + [load.replace(" ", ", ") if load else f"B = {int(key[-1])}"])
 
 
+def baseline_spread(cells: pd.DataFrame, by: list[str] | None = None) -> str:
+    """Whether absolute throughputs of ``cells`` are comparable: "" when every group of ``by`` (all cells when
+    none) has baseline TPOTs within the noise, else a sentence naming the widest range. The noise: twice the
+    cells' median ``speedup_noise`` (the relative half-width with the prompts fixed; the protocol's 2% target
+    where none is recorded): baseline TPOTs further apart than that are different machine states, not the
+    configurations' doing."""
+    if cells.empty or "tpot_ms_baseline" not in cells:
+        return ""
+    noise = pd.to_numeric(cells.get("speedup_noise", pd.Series(dtype=float)), errors="coerce").dropna()
+    limit = 2 * (float(noise.median()) if len(noise) else 0.02)
+    worst = None
+    groups = cells.groupby(by, dropna=False) if by else [((), cells)]
+    for key, grp in groups:
+        tpot = pd.to_numeric(grp["tpot_ms_baseline"], errors="coerce").dropna()
+        tpot = tpot[tpot > 0]
+        if len(tpot) < 2:
+            continue
+        rel = float(tpot.max() / tpot.min() - 1)
+        if rel > limit and (worst is None or rel > worst[0]):
+            worst = (rel, float(tpot.min()), float(tpot.max()), key)
+    if worst is None:
+        return ""
+    rel, lo, hi, key = worst
+    key = key if isinstance(key, tuple) else (key,)
+    where = (" at " + ", ".join(f"{c}={v}" for c, v in zip(by, key) if str(v) not in ("", "nan", "inf", "-1", "(all)"))) if by else ""
+    return (f"baseline TPOT ranged {lo:.3g}-{hi:.3g} ms across cells{where} ({rel:+.0%}, more than the noise "
+            f"{limit:.0%}): absolute throughputs are not comparable across these cells")
+
+
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
     return ok[(ok[D] > 0) & ~ok["method"].map(is_baseline)] if not ok.empty else ok

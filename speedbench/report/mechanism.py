@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import draft_cost, plots
 from .. import metrics
-from .common import (B, D, MEASURED, MECH, Section, config_speedups, device_unit, finite, per_config, point_text,
+from .common import (B, D, MEASURED, MECH, SLICE, Section, baseline_spread, config_speedups, finite, per_config, point_text,
                      setup_cols, spec_cells)
 
 
@@ -154,7 +154,7 @@ def build(data, out: Path) -> Section:
     if spec["context_bucket"].nunique() <= 1:
         sec.text("One context bucket only: no per-context ranking.")
     draft_cost.add_to(sec, spec, out)
-    sec.figure(_pareto(data.ok, spec, out))
+    sec.figure(_pareto(data.ok, spec, out, sec))
     sec.figure(_per_position(spec, out))
     sec.figure(_al_by_category(spec, mechanisms, out))
     return sec
@@ -168,19 +168,44 @@ def _load_slices(spec: pd.DataFrame, setup: list[str]):
         yield (title if setup else int(key[-1])), title, part
 
 
-def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path):
-    base = ok.groupby(B)[["tokens_per_s_user_baseline", "tokens_per_s_per_gpu_baseline"]].mean()
-    groups = {"no speculation": (list(base["tokens_per_s_user_baseline"]), list(base["tokens_per_s_per_gpu_baseline"]), "s",
-                                 [f"B{b}" for b in base.index])}
-    conf = per_config(spec, ["tokens_per_s_user_spec", "tokens_per_s_per_gpu_spec"])
-    markers = "o^vD<>phx*"
+def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path, sec: Section | None = None):
+    """Each configuration against its cells' own paired baselines: x = the paired TPOT speedup (per-user speed
+    relative to plain decoding), y = the throughput speedup (``speedup_throughput`` where measured, else the
+    cell's tokens/s per device over its own baseline's); plain decoding is (1, 1). Absolute tokens/s are not
+    drawn: cells measured at different times see different machine states (``common.baseline_spread``)."""
+    def ratio(spec_col: str, base_col: str) -> pd.Series:
+        num, den = (pd.to_numeric(spec.get(c, spec["speedup"] * math.nan), errors="coerce") for c in (spec_col, base_col))
+        return num / den.where(den > 0)
+
+    through = pd.to_numeric(spec.get("speedup_throughput", spec["speedup"] * math.nan), errors="coerce")
+    paired = spec.assign(speedup_pareto_user=pd.to_numeric(spec["speedup"], errors="coerce"),
+                         speedup_pareto_throughput=through.where(through.map(finite),
+                                                                 ratio("tokens_per_s_per_gpu_spec",
+                                                                       "tokens_per_s_per_gpu_baseline")))
+    conf = per_config(paired, ["speedup_pareto_user", "speedup_pareto_throughput"])
+    setup = [c for c in setup_cols(paired) if c in conf]
+    groups = {"no speculation (each cell's own baseline)": ([1.0], [1.0], "s", ["1x"])}
+    markers, rows = "o^vD<>phx*", []
     for i, (mech, grp) in enumerate(conf.groupby(MECH)):
-        groups[f"{mech} (all D)"] = (list(grp["tokens_per_s_user_spec"]), list(grp["tokens_per_s_per_gpu_spec"]), markers[i % len(markers)],
-                                     [f"D{d}/B{b}" for d, b in zip(grp[D], grp[B])])
-    unit = device_unit(ok)
+        names = [point_text(setup, tuple(r[c] for c in setup) + (r[B],)).replace("B = ", "B") for _, r in grp.iterrows()]
+        names = [f"D{int(d)}/{n}" for d, n in zip(grp[D], names)]
+        groups[f"{mech} (all D)"] = (list(grp["speedup_pareto_user"]), list(grp["speedup_pareto_throughput"]),
+                                     markers[i % len(markers)], names)
+        rows += [{"mechanism": mech, "point": n, "per-user speedup": x, "throughput speedup": y}
+                 for n, x, y in zip(names, grp["speedup_pareto_user"], grp["speedup_pareto_throughput"])]
+    spread = baseline_spread(spec, [c for c in (*SLICE, B, *setup) if c in spec])  # the same prompts, other cells
+    if sec is not None:
+        sec.values["pareto"] = rows
+        sec.values["pareto_baseline_spread"] = spread
+    note = ("Both axes are paired: each cell against its own baseline, so (1, 1) is plain decoding. "
+            + (spread[0].upper() + spread[1:] + ", so they are not drawn." if spread else ""))
     return plots.pareto(out / "g5_pareto.png", groups, plots.Axes(
-        "tokens/s per user", f"tokens/s per {unit}", "G5: throughput vs latency, with and without speculation (measured)"),
-        "Pareto view: each point a (mechanism, D, B) configuration, labelled D/B; lines are each group's frontier.")
+        "per-user speedup (paired TPOT, x plain decoding)", "throughput speedup (paired, x plain decoding)",
+        "G5: per-user speed vs throughput, each against its own baseline (measured)",
+        hlines=[(1.0, "")], vlines=[(1.0, "")], note=note),
+        "Pareto view on paired axes: each point a (mechanism, D, load point or B) configuration against its cells' "
+        "own baselines, labelled D/B (or D/C, D/rate); lines are each group's frontier; up and right is better. "
+        + (spread[0].upper() + spread[1:] + "." if spread else ""))
 
 
 def _mean_lists(lists) -> list[float]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import D, MEASURED, MECH, Section, device_unit, finite, spec_cells
+from .common import D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, spec_cells
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -131,21 +131,26 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
         hlines=[(1.0, "")]), "Speedup of TPOT vs concurrency per drafter (1 = no gain; bars: each point's 95% interval)."))
     groups, rows = {}, []
     marks = "o^sDvP*X"
-    base = frame.drop_duplicates(["dataset", "concurrency"])
     per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float).clip(lower=1)  # a CPU: one device
     unit = device_unit(frame)
-    groups["baseline"] = (list(base["tokens_per_s_user_baseline"]),
-                          list(base["output_tok_s_baseline"] / per_gpu.loc[base.index]), "x",
-                          [f"C{c}" for c in base["concurrency"]])
+    # every cell's own baseline (the one its speedups are paired with), never one cell's standing in for all
+    groups["baseline (each cell's own)"] = (list(frame["tokens_per_s_user_baseline"]),
+                                            list(frame["output_tok_s_baseline"] / per_gpu), "x",
+                                            [f"C{c}" for c in frame["concurrency"]])
     for i, (mech, grp) in enumerate(frame.groupby(MECH)):
         groups[mech] = (list(grp["tokens_per_s_user_spec"]), list(grp["output_tok_s_spec"] / per_gpu.loc[grp.index]),
                         marks[i % len(marks)], [f"D{d}/C{c}" for d, c in zip(grp[D], grp["concurrency"])])
     for label, (xs, ys, *_) in groups.items():
         rows += [{"series": label, "tok/s per user": x, "tok/s per GPU": y} for x, y in zip(xs, ys)]  # a stable key (per device on a CPU)
     sec.values["pareto"] = rows
+    spread = baseline_spread(frame, ["concurrency"])  # at one concurrency the baselines should agree
+    sec.values["pareto_baseline_spread"] = spread
+    note = (spread[0].upper() + spread[1:] + ": compare each point with its own baseline (the paired speedups in the "
+            "table), not with the other series." if spread else "")
     sec.figure(plots.pareto(out / "load_pareto.png", groups, plots.Axes(
-        "output tokens/s per user", f"output tokens/s per {unit}", f"Per-user vs per-{unit} throughput"),
-        "Each point is one concurrency (labelled D/C); the line is each series' frontier (both higher is better)."))
+        "output tokens/s per user", f"output tokens/s per {unit}", f"Per-user vs per-{unit} throughput", note=note),
+        "Each point is one concurrency (labelled D/C), each baseline the one its cell was paired with; the line is "
+        "each series' frontier (both higher is better)." + (f" {note}" if note else "")))
 
 
 def _random_line(sec: Section, closed: pd.DataFrame) -> None:
