@@ -70,19 +70,27 @@ class Capacity:
         if self.below:
             return f"below {self.edge:.3g} {unit}"
         if self.censored:
-            return f"above {self.point:.3g} {unit} (censored; lower bound {self.low:.3g})"
+            return f"above {self.point:.3g} {unit} (censored)"
         return f"{self.point:.3g} {unit} [{self.low:.3g}, {self.high:.3g}]"
+
+    @property
+    def why(self) -> str:
+        """``below`` / ``censored`` / "" (a crossing was measured)."""
+        return "below" if self.below else "censored" if self.censored else ""
 
     def reason(self, unit: str) -> str:
         """Why the capacity has no crossing ("" when it has one): the edge level's attainment and what to measure."""
-        at = _pct(*self.edge_attainment) if self.edge_attainment else "n/a"
-        if self.below:
-            return (f"the lowest level already misses the SLO (attainment {at} at {self.edge:.3g} {unit}): "
-                    f"measure below {self.edge:.3g} {unit}")
-        if self.censored:
-            return (f"the top level still meets the SLO (attainment {at} at {self.edge:.3g} {unit}): "
-                    f"capacity above {self.edge:.3g} {unit} (censored); measure above {self.edge:.3g} {unit}")
-        return ""
+        return _why(self.why, self.edge, unit, _pct(*self.edge_attainment) if self.edge_attainment else "n/a")
+
+
+def _why(kind: str, edge: float, unit: str, attainment: str) -> str:
+    if kind == "below":
+        return (f"the lowest level already misses the SLO (attainment {attainment} at {edge:.3g} {unit}): "
+                f"measure below {edge:.3g} {unit}")
+    if kind == "censored":
+        return (f"the top level still meets the SLO (attainment {attainment} at {edge:.3g} {unit}): "
+                f"capacity above {edge:.3g} {unit} (censored); measure above {edge:.3g} {unit}")
+    return ""
 
 
 def _pct(point: float, low: float, high: float) -> str:
@@ -114,9 +122,14 @@ class CapacityRow:
                  f"to {self.spec.text(word)}")
         if self.fixed:
             moved += f" at {self.fixed}"
-        for role, cap in (("baseline", self.baseline), ("speculation", self.spec)):
-            if cap.reason(word):
-                moved += f"; {role}: {cap.reason(word)}"
+        base, spec = self.baseline, self.spec
+        if base.why and (base.why, base.edge) == (spec.why, spec.edge):  # one sentence for both roles
+            both = " and ".join(f"{_pct(*c.edge_attainment)} {r}" for r, c in (("baseline", base), ("speculation", spec)))
+            moved += f"; for both, {_why(base.why, base.edge, word, both)}"
+        else:
+            for role, cap in (("baseline", base), ("speculation", spec)):
+                if cap.reason(word):
+                    moved += f"; {role}: {cap.reason(word)}"
         if self.unstable_cells:
             moved += f"; {len(self.unstable_cells)} of the points behind it are unstable"
         return moved
