@@ -134,7 +134,11 @@ def baseline_spread(cells: pd.DataFrame, by: list[str] | None = None) -> str:
         return ""
     rel, lo, hi, key = worst
     key = key if isinstance(key, tuple) else (key,)
-    where = (" at " + ", ".join(f"{c}={v}" for c, v in zip(by, key) if str(v) not in ("", "nan", "inf", "-1", "(all)"))) if by else ""
+    from ..columns.labels import LABELS
+
+    named = [f"{LABELS[c].text if c in LABELS else c}={v}" for c, v in zip(by or (), key)
+             if str(v) not in ("", "nan", "inf", "-1")]
+    where = " at " + ", ".join(named) if named else ""
     return (f"baseline TPOT ranged {lo:.3g}-{hi:.3g} ms across cells{where} ({rel:+.0%}, more than the noise "
             f"{limit:.0%}): absolute throughputs are not comparable across these cells")
 
@@ -260,25 +264,58 @@ def finite(x: Any) -> bool:
 
 
 def fmt(v: Any) -> str:
-    """One cell of a rendered table: NaN/None -> n/a, floats to 3 significant digits."""
+    """One cell of a rendered table: NaN/None -> the empty-cell marker (``columns.labels.EMPTY``), floats to 3
+    significant digits."""
+    from ..columns.labels import EMPTY
+
     if v is None:
-        return "n/a"
+        return EMPTY
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
         if math.isnan(v):
-            return "n/a"
+            return EMPTY
         if v != 0 and (abs(v) >= 1000 or abs(v) < 0.001):
             return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
         return f"{v:.3g}"
     if isinstance(v, (list, tuple)):
-        return ", ".join(fmt(x) for x in v) if v else "n/a"
+        return ", ".join(fmt(x) for x in v) if v else EMPTY
     try:
         if pd.isna(v):
-            return "n/a"
+            return EMPTY
     except (TypeError, ValueError):
         pass
     return str(v)
+
+
+def interval_text(lo: Any, hi: Any) -> str:
+    """``[low, high]`` to 3 significant digits, or the empty-cell marker when either end is not measured."""
+    from ..columns.labels import EMPTY
+
+    return f"[{float(lo):.3g}, {float(hi):.3g}]" if finite(lo) and finite(hi) else EMPTY
+
+
+def with_intervals(frame: pd.DataFrame, points: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with each ``<point>_ci_low`` / ``<point>_ci_high`` pair joined into one ``<point>_interval``
+    text column right after ``<point>`` (a table shows an interval as one cell, not two raw columns)."""
+    out = frame.copy()
+    for p in points:
+        lo, hi = f"{p}_ci_low", f"{p}_ci_high"
+        if lo not in out or hi not in out:
+            continue
+        out.insert(list(out.columns).index(lo), f"{p}_interval", [interval_text(a, b) for a, b in zip(out[lo], out[hi])])
+        out = out.drop(columns=[lo, hi])
+    return out
+
+
+def load_point_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``concurrency`` and ``request_rate`` columns where any row sets them (a context or load
+    table never shows identical-looking rows of different load points); a column no row sets is dropped."""
+    conc = pd.to_numeric(frame.get("concurrency", pd.Series(-1, index=frame.index)), errors="coerce").fillna(-1)
+    rate = pd.to_numeric(frame.get("request_rate", pd.Series(math.inf, index=frame.index)), errors="coerce")
+    unset = [c for c, none in (("concurrency", bool((conc < 1).all())),
+                               ("request_rate", not rate.map(math.isfinite).any())) if c in frame and none]
+    return frame.drop(columns=unset)
 
 
 def mech_label(row: Any) -> str:

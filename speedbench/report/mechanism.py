@@ -17,8 +17,8 @@ import pandas as pd
 
 from . import draft_cost, plots
 from .. import metrics
-from .common import (B, D, MEASURED, MECH, SLICE, Section, baseline_spread, config_speedups, finite, per_config, point_text,
-                     setup_cols, spec_cells)
+from .common import (B, D, MEASURED, MECH, SLICE, Section, baseline_spread, config_speedups, finite, interval_text,
+                     per_config, point_text, setup_cols, spec_cells)
 
 
 def ranking(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -47,10 +47,6 @@ NONE_PAYS = "none pays"
 TIE = "tie"
 
 
-def _iv(lo: float, hi: float) -> str:
-    return f"[{lo:.3g}, {hi:.3g}]" if finite(lo) and finite(hi) else "n/a"
-
-
 def winner(row: pd.Series, lows: pd.Series | None = None, highs: pd.Series | None = None) -> str:
     """A slice's winner from the mechanisms' best speedups (``row``) and their intervals (``lows``, ``highs``):
     the best mechanism when its interval lies above 1.0 and excludes the runner-up's speedup; ``tie: ...``
@@ -65,7 +61,7 @@ def winner(row: pd.Series, lows: pd.Series | None = None, highs: pd.Series | Non
     best, point = order.index[0], float(order.iloc[0])
     lo = float(lows[best]) if lows is not None and best in lows else math.nan
     hi = float(highs[best]) if highs is not None and best in highs else math.nan
-    said = f"{best} {point:.2f}x {_iv(lo, hi)}"
+    said = f"{best} {point:.2f}x {interval_text(lo, hi)}"
     if not (finite(lo) and finite(hi)):
         if point <= 1.0:
             return f"{NONE_PAYS} (best: {best} {point:.2f}x, slower than plain decoding)"
@@ -111,7 +107,7 @@ def slice_pivot(spec: pd.DataFrame, batch: int, by: str, mechanisms: list[str]) 
         best = lows = highs = pd.DataFrame()
     best, lows, highs = (f.reindex(index=rows_all, columns=mechanisms) for f in (best, lows, highs))  # absent = n/a
     best.index.name = by
-    best["best's interval"] = [_iv(lows.loc[i, row.idxmax()], highs.loc[i, row.idxmax()])
+    best["best's interval"] = [interval_text(lows.loc[i, row.idxmax()], highs.loc[i, row.idxmax()])
                                if row.notna().any() else "n/a" for i, row in best[mechanisms].iterrows()]
     best["winner"] = [winner(row, lows.loc[i], highs.loc[i]) for i, row in best[mechanisms].iterrows()]
     return best.reset_index().rename(columns={by: "context bucket" if by == "context_bucket" else by})
@@ -126,7 +122,7 @@ def build(data, out: Path) -> Section:
         sec.text("No speculative cell: n/a.")
         return sec
     rank = ranking(spec, data.overall)  # before the bucket relabel below: the all rows match their cells' buckets
-    spec = spec.assign(context_bucket=spec["context_bucket"].fillna("").replace("", "(all)"))
+    spec = spec.assign(context_bucket=spec["context_bucket"].fillna(""))  # rendered as the one empty-cell marker
     mechanisms = sorted(spec[MECH].unique())
     sec.values["ranking"] = rank.to_dict("records")
     sec.table(rank, "Ranking per batch size (and load point / setup where they vary).",

@@ -112,8 +112,7 @@ def build(data: ReportData) -> Section:
         "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
         "interval": "95% interval", "n_repeats": "repeats", "al_speed_bench": "SPEED-Bench AL",
         "degenerate_frac": "degenerate",
-        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
-        {"context bucket": {"": "(none)"}}), "",
+        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}), "",
         {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED,
          "greedy match": MEASURED})
     _unstable(sec, spec)

@@ -18,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, spec_cells
+from .common import (D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, load_point_column, spec_cells,
+                     with_intervals)
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -116,10 +117,10 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
             "itl_token_ms_p99_spec", "burst_frac", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "concurrency"])
     sec.values["points"] = table.to_dict("records")
-    sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
+    sec.table(with_intervals(table, ("speedup", "speedup_throughput")).rename(columns={"speedup": "TPOT speedup"}),
               "Closed-loop points: speedup of TPOT and of throughput against the matched baseline at the same "
-              "concurrency, with intervals.",
-              {"al": MEASURED, "speedup (TPOT)": MEASURED, "speedup_throughput": MEASURED})
+              "concurrency, with their 95% intervals.",
+              {"al": MEASURED, "TPOT speedup": MEASURED, "speedup_throughput": MEASURED})
     _verdict_lines(sec, frame, "concurrency", "stops_paying")
     _client_note(sec, frame)
     series = []
@@ -178,10 +179,12 @@ def _open(sec: Section, opened: pd.DataFrame) -> None:
             "speedup_goodput_ci_low", "speedup_goodput_ci_high", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "request_rate"])
     sec.values["goodput"] = table.to_dict("records")
-    sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
-              "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate.",
+    sec.table(load_point_column(with_intervals(table, ("speedup", "speedup_goodput"))).rename(
+        columns={"speedup": "TPOT speedup"}),
+              "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate, "
+              "with their 95% intervals.",
               {"goodput_baseline": MEASURED, "goodput_spec": MEASURED, "speedup_goodput": MEASURED,
-               "speedup (TPOT)": MEASURED})
+               "TPOT speedup": MEASURED})
     _verdict_lines(sec, frame, "request_rate", "stops_paying_open")
     _client_note(sec, frame)
 
@@ -199,7 +202,7 @@ def _by_live_batch(sec: Section, frame: pd.DataFrame) -> None:
         return
     table = pd.DataFrame(rows).sort_values(["drafter", "D", "concurrency", "request_rate", "live batch"])
     sec.values["by_live_batch"] = table.to_dict("records")
-    sec.table(table, "Acceptance and step time by the live batch of each speculative engine step (in-process points: "
+    sec.table(load_point_column(table), "Acceptance and step time by the live batch of each speculative engine step (in-process points: "
                      "the engine's own batch at that step, which under load is rarely the nominal concurrency).",
               {"AL": MEASURED, "verify ms": MEASURED, "step ms": MEASURED})
 
