@@ -66,7 +66,8 @@ class Section:
         self.blocks.append(Text(s))
 
     def table(self, frame: pd.DataFrame, caption: str = "", kinds: dict[str, str] | None = None) -> None:
-        self.blocks.append(Table(frame, caption, dict(kinds or {})))
+        """A table as rendered: a load column no row sets (``load_point_column``) is left out."""
+        self.blocks.append(Table(load_point_column(frame), caption, dict(kinds or {})))
 
     def figure(self, fig: Figure | None) -> None:
         if fig is not None:
