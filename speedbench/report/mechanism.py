@@ -150,7 +150,7 @@ def build(data, out: Path) -> Section:
     if spec["context_bucket"].nunique() <= 1:
         sec.text("One context bucket only: no per-context ranking.")
     draft_cost.add_to(sec, spec, out)
-    sec.figure(_pareto(data.ok, spec, out, sec))
+    sec.figure(_pareto(data.ok, spec, out, sec, data.overall))
     sec.figure(_per_position(spec, out))
     sec.figure(_al_by_category(spec, mechanisms, out))
     return sec
@@ -164,9 +164,10 @@ def _load_slices(spec: pd.DataFrame, setup: list[str]):
         yield (title if setup else int(key[-1])), title, part
 
 
-def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path, sec: Section | None = None):
+def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path, sec: Section | None = None,
+            overall: pd.DataFrame | None = None):
     """Each configuration against its cells' own paired baselines: x = the paired TPOT speedup (per-user speed
-    relative to plain decoding), y = the throughput speedup (``speedup_throughput`` where measured, else the
+    relative to plain decoding; the configuration's speedup by the one rule, ``config_speedups``), y = the throughput speedup (``speedup_throughput`` where measured, else the
     cell's tokens/s per device over its own baseline's); plain decoding is (1, 1). Absolute tokens/s are not
     drawn: cells measured at different times see different machine states (``common.baseline_spread``)."""
     def ratio(spec_col: str, base_col: str) -> pd.Series:
@@ -180,6 +181,10 @@ def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path, sec: Section | None
                                                                        "tokens_per_s_per_gpu_baseline")))
     conf = per_config(paired, ["speedup_pareto_user", "speedup_pareto_throughput"])
     setup = [c for c in setup_cols(paired) if c in conf]
+    keys = setup + [MECH, "method", D, B]
+    one = config_speedups(spec, overall)[keys + ["speedup"]]  # x: the configuration's speedup by the one rule
+    conf = conf.merge(one, on=keys, how="left")
+    conf["speedup_pareto_user"] = conf["speedup"].where(conf["speedup"].map(finite), conf["speedup_pareto_user"])
     groups = {"no speculation (each cell's own baseline)": ([1.0], [1.0], "s", ["1x"])}
     markers, rows = "o^vD<>phx*", []
     for i, (mech, grp) in enumerate(conf.groupby(MECH)):
