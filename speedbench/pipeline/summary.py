@@ -54,8 +54,9 @@ COLUMNS = [
            when=lambda c, k: "drafter" in c.columns and bool((c[k].astype(str) != c["drafter"].astype(str)).any())),
     Column("num_speculative_tokens", short("num_speculative_tokens")),
     Column("batch_size", short("batch_size")),
-    Column("concurrency", short("concurrency"), when=_any(lambda s: _numeric(s).fillna(-1) >= 0)),  # -1: load.concurrency unset
-    Column("request_rate", short("request_rate"), when=_any(lambda s: _numeric(s).apply(math.isfinite))),  # inf: closed loop
+    # -1: load.concurrency unset; inf: closed loop
+    Column("concurrency", short("concurrency"), when=_any(lambda s: _numeric(s).fillna(-1) >= 0)),
+    Column("request_rate", short("request_rate"), when=_any(lambda s: _numeric(s).apply(math.isfinite))),
     Column("n_requests", short("n_requests")),
     Column("al", short("al")),
     Column("al_speed_bench", short("al_speed_bench"), wide=True),

@@ -19,7 +19,7 @@ from ..drafters.registry import is_baseline
 from ..schedule.by_context import build as build_by_context, context_rows
 from ..schedule.pick import ScheduleError, speculative_drafters, measurement_rows
 from . import plots
-from .common import MEASURED, Section, load_point_column, point_text
+from .common import MEASURED, Section, point_text
 
 TIERS = ("low_entropy", "mixed", "high_entropy")
 
@@ -58,7 +58,7 @@ def _f(v) -> float:
 
 def _load_point(cell) -> dict:
     """The cell's load point (``concurrency``, ``request_rate``; unset: -1, inf): every row carries it, so rows of
-    different load points never look identical (``common.load_point_column`` drops both where none is set)."""
+    different load points never look identical (``Section.table`` leaves out a column no row sets)."""
     conc = pd.to_numeric(cell.get("concurrency", -1), errors="coerce")
     rate = pd.to_numeric(cell.get("request_rate", math.inf), errors="coerce")
     return {"concurrency": int(conc) if math.isfinite(conc) else -1,
@@ -133,7 +133,7 @@ def _contrast(sec: Section, frame: pd.DataFrame) -> None:
     pivot = kinds.pivot_table(index=["drafter", "D", "B", "concurrency", "request_rate", "context"], columns="prompts",
                               values=["AL", "speedup"], aggfunc="mean")
     pivot.columns = [f"{v} {k}" for v, k in pivot.columns]
-    sec.table(load_point_column(pivot.reset_index()), "AL and speedup per live-context bucket by kind of prompt (random token ids, "
+    sec.table(pivot.reset_index(), "AL and speedup per live-context bucket by kind of prompt (random token ids, "
                                    "the entropy tiers, other real prompts): the gap is what real text buys at "
                                    "each length.", {c: MEASURED for c in pivot.columns})
     sec.values["contrast"] = pivot.reset_index().to_dict("records")
@@ -145,11 +145,12 @@ def _turns(sec: Section, cells: pd.DataFrame) -> None:
         extra = cell.get("extra") if isinstance(cell.get("extra"), dict) else {}
         for t in extra.get("by_turn") or ():
             rows.append({"drafter": cell["drafter"], "D": int(cell["num_speculative_tokens"]), "B": int(cell["batch_size"]),
-                         **_load_point(cell), "turn": t["turn"], "n": t["n"], "context tokens": round(t["context_tokens"]), "AL": _f(t["al"]),
+                         **_load_point(cell), "turn": t["turn"], "n": t["n"],
+                         "context tokens": round(t["context_tokens"]), "AL": _f(t["al"]),
                          "speedup": _f(t["speedup"]), "interval": _iv(_f(t["speedup_ci_low"]), _f(t["speedup_ci_high"]))})
     if rows:
         table = pd.DataFrame(rows).sort_values(["drafter", "D", "B", "concurrency", "request_rate", "turn"])
-        sec.table(load_point_column(table), "Agentic trajectories: AL and speedup per turn (the cut before assistant turn k) with the "
+        sec.table(table, "Agentic trajectories: AL and speedup per turn (the cut before assistant turn k) with the "
                          "context at that turn; speedup = geometric mean of paired TPOT ratios, interval = percentile "
                          "bootstrap over the turn's requests.", {"AL": MEASURED, "speedup": MEASURED})
         sec.values["by_turn"] = table.to_dict("records")
@@ -167,9 +168,9 @@ def build(data, out: Path) -> Section:
              "lower edge in tokens, `acceptance.context_edges`). Per bucket: AL, mean draft / verify / step ms, and "
              "the speedup of that bucket's steps over the baseline's steps in the same bucket (ms per token) with a "
              "percentile bootstrap interval over target iterations. A step-level speedup: prefill is not in it.")
-    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(["drafter", "D", "B", "concurrency", "request_rate",
-                                                                        "context", "dataset", "category"])  # size order
-    sec.table(load_point_column(show), "Acceptance and cost by live context.", {c: MEASURED for c in
+    order = ["drafter", "D", "B", "concurrency", "request_rate", "context", "dataset", "category"]  # context: size order
+    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(order)
+    sec.table(show, "Acceptance and cost by live context.", {c: MEASURED for c in
                                                              ("AL", "draft ms", "verify ms", "step ms", "speedup")})
     sec.values["by_context"] = show.to_dict("records")
     if frame["context"].nunique() < 2:

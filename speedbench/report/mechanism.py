@@ -167,8 +167,9 @@ def _load_slices(spec: pd.DataFrame, setup: list[str]):
 def _pareto(ok: pd.DataFrame, spec: pd.DataFrame, out: Path, sec: Section | None = None,
             overall: pd.DataFrame | None = None):
     """Each configuration against its cells' own paired baselines: x = the paired TPOT speedup (per-user speed
-    relative to plain decoding; the configuration's speedup by the one rule, ``config_speedups``), y = the throughput speedup (``speedup_throughput`` where measured, else the
-    cell's tokens/s per device over its own baseline's); plain decoding is (1, 1). Absolute tokens/s are not
+    relative to plain decoding; the configuration's speedup by the one rule, ``config_speedups``), y = the
+    throughput speedup (``speedup_throughput`` where measured, else the cell's tokens/s per device over its own
+    baseline's); plain decoding is (1, 1). Absolute tokens/s are not
     drawn: cells measured at different times see different machine states (``common.baseline_spread``)."""
     def ratio(spec_col: str, base_col: str) -> pd.Series:
         num, den = (pd.to_numeric(spec.get(c, spec["speedup"] * math.nan), errors="coerce") for c in (spec_col, base_col))

@@ -18,8 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import (D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, load_point_column, spec_cells,
-                     with_intervals)
+from .common import D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, spec_cells, with_intervals
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -179,8 +178,7 @@ def _open(sec: Section, opened: pd.DataFrame) -> None:
             "speedup_goodput_ci_low", "speedup_goodput_ci_high", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "request_rate"])
     sec.values["goodput"] = table.to_dict("records")
-    sec.table(load_point_column(with_intervals(table, ("speedup", "speedup_goodput"))).rename(
-        columns={"speedup": "TPOT speedup"}),
+    sec.table(with_intervals(table, ("speedup", "speedup_goodput")).rename(columns={"speedup": "TPOT speedup"}),
               "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate, "
               "with their 95% intervals.",
               {"goodput_baseline": MEASURED, "goodput_spec": MEASURED, "speedup_goodput": MEASURED,
@@ -202,7 +200,7 @@ def _by_live_batch(sec: Section, frame: pd.DataFrame) -> None:
         return
     table = pd.DataFrame(rows).sort_values(["drafter", "D", "concurrency", "request_rate", "live batch"])
     sec.values["by_live_batch"] = table.to_dict("records")
-    sec.table(load_point_column(table), "Acceptance and step time by the live batch of each speculative engine step (in-process points: "
+    sec.table(table, "Acceptance and step time by the live batch of each speculative engine step (in-process points: "
                      "the engine's own batch at that step, which under load is rarely the nominal concurrency).",
               {"AL": MEASURED, "verify ms": MEASURED, "step ms": MEASURED})
 
