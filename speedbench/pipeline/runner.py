@@ -358,7 +358,12 @@ class _Progress:
         from ..console import progress_enabled
 
         enabled = enabled and progress_enabled(run.progress)
-        desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} B={run.batch_size}"
+        from ..columns import load_label
+
+        load = getattr(run, "load", None)  # a load point is named by its C or rate, never by B
+        point = load_label({"concurrency": getattr(load, "concurrency", None) or -1,
+                            "request_rate": getattr(load, "request_rate", float("inf"))}).strip()
+        desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} {point or f'B={run.batch_size}'}"
         self.cells = tqdm(total=len(todo), desc=desc, unit="cell", disable=not enabled, position=0)
         # each cell runs its requests twice (baseline, speculative) per repeat; the repeats are not known ahead
         self._requests = tqdm(desc="requests", unit="req", disable=not enabled, position=1, leave=False)
