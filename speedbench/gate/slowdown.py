@@ -105,7 +105,7 @@ def calibrate(asked: float, references: list[Path], cfg: GateConfig, probe, tole
     cal = Calibration(asked, delay)
     for k in range(max_probes):
         run = probe(k, delay)
-        cal.probes.append(Probe(delay, achieved_loss(references, run, cfg), str(run)))
+        cal.probes.append(Probe(delay, achieved_loss(references, run, cfg), Path(run).name))
         print(f"calibration {asked:.0%}: probe {k + 1}: faults.delay_ms={delay:.4f} cost {cal.probes[-1].loss:.2%}",
               file=sys.stderr)
         delay = next_delay(cal.probes, asked)
