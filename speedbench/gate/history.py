@@ -34,18 +34,20 @@ from pathlib import Path
 
 import numpy as np
 
-from .core import GateConfig, _derived
+from .core import CELL_KEYS, GateConfig, _derived
 from ..columns import load_label
 from ..records import STATUS_OK
 from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, read_cell_file
 
-# What the history reads of a run: its provenance's commit and time, and per cell these fields.
+# What the history reads of a run: its provenance's commit and time, and per cell these fields (with the
+# gate's own, so that a trimmed run can be gated too: scripts/gate_history_series.py keeps only these).
 PROVENANCE_FIELDS = ("created_utc", "git", "run_id")
-CELL_FIELDS = ("cell_id", "setting_id", "run_id", "status", "derived", "category", "target", "drafter", "method",
-               "num_speculative_tokens", "backend", "dataset", "concurrency", "request_rate", "n_requests",
-               "n_repeats", "speedup", "speedup_ci_low", "speedup_ci_high", "al", "t_step_ms_baseline",
-               "t_step_ms_spec", "prompts_digest")
+_HISTORY_KEYS = ("cell_id", "setting_id", "run_id", "status", "derived", "category", "target", "drafter", "method",
+                 "num_speculative_tokens", "backend", "dataset", "concurrency", "request_rate", "n_requests",
+                 "n_repeats", "speedup", "speedup_ci_low", "speedup_ci_high", "al", "t_step_ms_baseline",
+                 "t_step_ms_spec", "prompts_digest")
+CELL_FIELDS = (*_HISTORY_KEYS, *(k for k in CELL_KEYS if k not in _HISTORY_KEYS))
 METRICS = ("speedup", "al")
 POOLED = "ALL"
 REGRESSED, IMPROVED, CHANGE, INFO = "regressed", "improved", "change", "info"
