@@ -28,6 +28,7 @@ series the config does not gate (per-cell speedup under ``per_cell: false``) is 
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +112,6 @@ def read_run(root: Path) -> HistoryRun:
     if not prov_path.exists():
         raise HistoryInputError(f"{prov_path}: missing: the run's commit and time are unknown (a run of speedbench writes it)")
     try:
-        import json
-
         prov = json.loads(prov_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise HistoryInputError(f"{prov_path}: unreadable provenance ({type(exc).__name__}: {exc})") from exc
