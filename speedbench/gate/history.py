@@ -194,7 +194,12 @@ def _candidates(x: np.ndarray, min_size: int, max_candidates: int) -> list[int]:
     if n_bkps < 1 or np.ptp(x) == 0:
         return []
     algo = ruptures.Binseg(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1))
-    return [b for b in algo.predict(n_bkps=n_bkps) if b < len(x)]
+    while n_bkps >= 1:
+        try:
+            return [b for b in algo.predict(n_bkps=n_bkps) if b < len(x)]
+        except ruptures.exceptions.BadSegmentationParameters:  # that many segments of min_size do not fit
+            n_bkps -= 1
+    return []
 
 
 def change_points(x: np.ndarray, min_size: int, max_candidates: int, max_pvalue: float,

@@ -138,3 +138,11 @@ def test_json_output_names_each_change_and_its_runs(tmp_path):
     (change,) = [c for c in data["changes"] if c["metric"] == "speedup" and c["cell"] == POOLED]
     assert change["after"] == [change["run"], 10] and change["before"] == [1, change["run"] - 1]
     assert change["sha"] == data["runs"][change["run"] - 1]["sha"]
+
+
+@pytest.mark.parametrize("min_size", [2, 3, 4, 5])
+def test_the_step_is_found_and_the_flat_series_stays_flat_at_every_min_size(min_size):
+    cfg = load_config("ci")
+    (change,) = pooled_speedup_changes(analyse(read_history(DATA / "step"), cfg, min_size=min_size))
+    assert 4 <= change.index <= 6, change
+    assert not analyse(read_history(DATA / "flat"), cfg, min_size=min_size).changes
