@@ -20,6 +20,8 @@
 #   bash scripts/gate-ci.sh [OUT_DIR]   # OUT_DIR receives gate-al.json, gate.json, gate-junit.xml, run/, reference/
 #   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1" bash scripts/gate-ci.sh   # check that a slowed checkout fails
 #   GATE_CI_OVERRIDES="protocol.max_repeats=12" bash scripts/gate-ci.sh      # Hydra overrides for every run
+#   GATE_CI_HISTORY=DIR bash scripts/gate-ci.sh   # also append this run to the history DIR (kept between CI
+#       runs as a cache or artifact) and look for change points across it (speedbench history; off by default)
 # (GATE_CI_OVERRIDES must leave the cells' identity alone -- the protocol may change, the prompts may
 # not -- or the AL gate against the committed baseline finds mismatched cells, exit 3.)
 set -euo pipefail
@@ -79,4 +81,15 @@ if [ "$first" = 1 ] && speedup_only "$out/gate.json"; then
     --junit "$out/gate-junit.xml" || first=$?
   [ "$first" = 0 ] && echo "gate-ci: the second pair passed: the first pair's regression was not confirmed"
 fi
-exit $(( status ? status : first ))
+status=$(( status ? status : first ))
+if [ -n "${GATE_CI_HISTORY:-}" ]; then  # opt-in: the series across commits (docs/ci-gate.md, "History")
+  sha_now=$(git rev-parse --short=12 HEAD 2>/dev/null || echo nogit)
+  entry="$GATE_CI_HISTORY/$(date -u +%Y%m%dT%H%M%SZ)-$sha_now"
+  mkdir -p "$entry"
+  cp -r "$out/run/ci-default/cells" "$out/run/ci-default/provenance.json" "$entry/"  # what the history reads
+  echo "gate-ci: appended this run to the history as $entry"
+  hist=0
+  python3 -m speedbench.cli history "$GATE_CI_HISTORY" --config ci --json "$out/history.json" || hist=$?
+  status=$(( status ? status : hist ))
+fi
+exit "$status"

@@ -121,7 +121,10 @@ OTHER = [(d, ln) for d, ln in COMMANDS if to_argv(ln)[:1] != ["run"]]
 FILL = {"path/to/config.json": "builtin:tiny-target", "path/to/draft/config.json": "builtin:tiny-draft-small",
         "path/to/tokenizer": "builtin:tiny-target", "--tokenizer T": "--tokenizer builtin:tiny-target",
         "RESULTS_DIR": "results/runs/some-run", "--dir DIR": "--dir " + str(REPO / "speedbench" / "fixtures" / "models"),
-        "--out-dir datasets/throughput": "--out-dir built"}
+        "--out-dir datasets/throughput": "--out-dir built",
+        # docs/ci-gate.md's history lines read a series kept between CI runs: the committed real one stands in
+        "history gate-history": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}",
+        "history DIR": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}"}
 
 
 @pytest.fixture(scope="module")
