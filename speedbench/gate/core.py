@@ -25,10 +25,11 @@ regression, never a pass) when
   * the machine ran the same no-speculation steps at another speed in the two runs: the step ratio
     (``step_ratio``, current / baseline) is beyond ``max_step_ratio`` either way (docs/ci-gate.md says how
     the threshold was chosen); or
-  * a cell behind it is unstable (``evidence.is_stable``) and the verdict does not survive that cell's own
-    measurement noise (``speedup_noise``) added to the ratio's interval (``metrics.widen``, in quadrature;
-    on the pooled row each cell's share of the geometric mean); an unstable cell with no noise estimate
-    (one repeat) makes it inconclusive outright.
+  * a cell behind it is unstable (``evidence.is_stable``) and its regression (or improvement) does not
+    survive that cell's own measurement noise (``speedup_noise``) added to the ratio's interval
+    (``metrics.widen``, in quadrature; on the pooled row each cell's share of the geometric mean); an
+    unstable cell with no noise estimate (one repeat) makes a regression inconclusive outright. A pass
+    stays a pass: a wider interval only widens around it.
 AL verdicts stay hard: greedy AL is a fact of the models and the code, not of the machine.
 """
 from __future__ import annotations
@@ -314,7 +315,8 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
         if reqs_b is None or reqs_c is None:  # only the cell rows: a point comparison
             point_b, point_c = float(b[metric]), float(c[metric])
             ratio = point_c / point_b if point_b > 0 else math.nan
-            est = gate_stats.RatioEstimate(point_b, point_c, ratio, ratio, ratio, int(min(b["n_requests"], c["n_requests"])), np.empty(0))
+            est = gate_stats.RatioEstimate(point_b, point_c, ratio, math.nan, math.nan,
+                                           int(min(b["n_requests"], c["n_requests"])), np.empty(0))
             note = "no per-request records: point estimate, no interval"
         else:
             seed = match_key(b)[:12]  # the settings' hash: the same draws as before cells carried a digest
@@ -334,6 +336,10 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             verdict, note = INSUFFICIENT, f"{est.n_requests} matched request(s) < min_requests={cfg.min_requests}"
         elif not rule.per_cell:
             verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
+        elif reqs_b is None or reqs_c is None:  # a point without an interval: as exact as it is
+            verdict = judge(est.ratio, est.ratio, est.ratio, rule.tolerance)
+            if metric in MACHINE_BOUND_METRICS and verdict in (REGRESSED, IMPROVED):  # a timing's point is not exact
+                verdict, note = INCONCLUSIVE, f"{note}: a {verdict} point of a timing is not measured"
         else:
             verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
         note = "; ".join(n for n in (note, shaky) if n)
@@ -434,12 +440,10 @@ def measurable(check: Check, steps: float, sd: float, cfg: GateConfig) -> Check:
     if math.isfinite(steps) and steps > 0 and not 1 / limit <= steps <= limit:
         return inconclusive(f"machine speed: no-speculation steps took {steps:.2f}x the baseline run's, beyond "
                             f"max_step_ratio {limit:g} either way: the speedup ratio may be the machine's")
-    if sd == 0:
+    if sd == 0 or check.verdict == PASS:  # unstable cells can only unmake a change the interval claims
         return check
     if not math.isfinite(sd):
-        return inconclusive("an unstable cell without a noise estimate (one repeat): not measured")
-    if check.verdict == PASS:  # a wider interval only widens around the pass
-        return check
+        return inconclusive(f"{check.verdict} on an unstable cell without a noise estimate (one repeat): not measured")
     from ..metrics.speedup import widen
 
     low, high = widen(check.ratio, check.low, check.high, math.expm1(sd), cfg.confidence)

@@ -130,10 +130,33 @@ def test_a_loss_beyond_the_unstable_cells_noise_is_still_a_regression(slowed, tm
     assert "holds with the unstable cells' noise" in note
 
 
-def test_an_unstable_cell_without_a_noise_estimate_decides_nothing(slowed, tmp_path):
+def test_an_unstable_cell_without_a_noise_estimate_decides_no_regression(slowed, tmp_path):
     edit_cells(slowed, stable=False, speedup_noise=math.nan, unstable_reason="one repeat (max_repeats reached)")
     rc, out = gate(slowed, tmp_path)
     assert rc == 5 and speedup_verdicts(out)["ALL"] == "inconclusive"
+
+
+def test_unstable_cells_never_unmake_a_pass(tmp_path):
+    """Instability only takes back a change the interval claims: the same run, unstable, still passes."""
+    current = copy_baseline(tmp_path / "current")
+    edit_cells(current, stable=False, speedup_noise=math.nan, unstable_reason="one repeat (max_repeats reached)")
+    rc, out = gate(current, tmp_path)
+    assert rc == 0 and speedup_verdicts(out)["ALL"] == "pass"
+
+
+def test_a_speedup_point_without_per_request_records_claims_no_regression(tmp_path):
+    """Without per-request records the gate compares points: no interval (NaN bounds, never [r, r]); a speedup
+    loss from a point is inconclusive, an AL loss from a point (exact at temperature 0) is judged."""
+    current = copy_baseline(tmp_path / "current")
+    shutil.rmtree(current / "requests")
+    edit_cells(current, speedup=lambda v: v / 1.2)
+    rc, out = cli.main(["gate", "--baseline", str(BASELINE), "--current", str(current), "--config", "default",
+                        "--json", str(tmp_path / "g.json")]), json.loads((tmp_path / "g.json").read_text())
+    assert rc == 5, out
+    cells = [c for c in out["checks"] if c["cell_id"] != "ALL"]
+    assert cells and all(c["low"] is None and c["high"] is None for c in cells)  # NaN in the JSON: no interval
+    assert {c["verdict"] for c in cells if c["metric"] == "speedup"} == {"inconclusive"}
+    assert {c["verdict"] for c in cells if c["metric"] == "al"} == {"pass"}
 
 
 @pytest.mark.parametrize("value", ["1.0", "0.9", "fast"])
