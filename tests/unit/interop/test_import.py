@@ -135,7 +135,11 @@ def test_report_gate_schedule_capacity_run_on_an_imported_folder(tmp_path):
         gate = cli("gate", "--current", out, "--baseline", out)  # an imported run against itself
         assert gate.returncode == 0 and "PASS" in gate.stdout, gate.stdout + gate.stderr
     # one folder per sweep (schedule refuses two tools' cells at one load, as it refuses two backends)
-    for args in (("report", vb, ap, "--out", tmp_path / "report"), ("schedule", vb), ("capacity", vb, "--tpot-ms", "20")):
+    for args in (("report", vb, ap, "--out", tmp_path / "report"), ("capacity", vb, "--tpot-ms", "20")):
         done = cli(*args)
         assert done.returncode == 0, (args, done.stderr[-2000:])
+    # one benchmark run a side is one window per load point: no interval, so no K (issue 48 items 2-3), said in one line
+    done = cli("schedule", vb)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "a load point needs two windows" in done.stderr.strip().splitlines()[-1]
     assert (tmp_path / "report" / "report.md").stat().st_size > 0
