@@ -271,13 +271,21 @@ def decide_budget(row) -> tuple[float, float, str]:
         proto = _protocol(row)
         noise, target = row.get("speedup_noise"), float(proto.get("target_rel_half_width", 0.02))
         noise = float(noise) if isinstance(noise, (int, float)) else math.nan
-        factors.append((noise / target) ** 2 if math.isfinite(noise) and target > 0 else math.nan)
-        parts.append("its cell is unstable" + (f" (noise +-{noise:.1%}, target +-{target:.0%})" if math.isfinite(noise) else ""))
+        if math.isfinite(noise) and noise <= target:  # unstable for another reason (contention, failures, ...)
+            reason = str(row.get("unstable_reason") or "").split(";")[0] or "not stable"
+            parts.append(f"its cell is unstable ({reason}): no budget fixes that, measure it again where nothing "
+                         "competes for the machine")
+        else:
+            factors.append((noise / target) ** 2 if math.isfinite(noise) and target > 0 else math.nan)
+            parts.append("its cell is unstable" + (f" (noise +-{noise:.1%}, target +-{target:.0%})"
+                                                   if math.isfinite(noise) else " (no noise estimate)"))
     factor = math.nan if any(math.isnan(f) for f in factors) else max(factors, default=math.nan)
     budget = float(_protocol(row).get("budget_s", math.nan)) * factor
     reps = row.get("n_repeats")
     if factor == math.inf:
         how = "no budget decides it (its speedup is 1)"
+    elif not factors:
+        return math.nan, math.nan, " and ".join(parts)
     elif not math.isfinite(factor):
         how = "no noise estimate to size a budget from"
     elif math.isfinite(budget):

@@ -89,3 +89,13 @@ def test_the_cli_prints_undecided_with_the_measured_speedup_and_writes_no_deploy
     assert "num_speculative_tokens_per_batch_size:" not in out and js["num_speculative_tokens_per_batch_size"] is None
     code, out, js = _run_cli(tmp_path, issue_sweep(), capsys, decide_unstable=True)
     assert code == 0 and "--speculative-config" in out and js["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 4, 0]]
+
+
+def test_a_point_unstable_from_contention_names_no_budget():
+    """Noise within target but contention seen: more budget would not make it stable, and the note says so."""
+    rows = issue_sweep()
+    rows[0] = {**rows[0], "stable": False, "speedup_noise": 0.01,
+               "unstable_reason": "contention: load average 4.0 on 2 CPU(s)"}
+    low = next(c for c in build(data(rows)).table if c.load == 1)
+    assert low.verdict == UNDECIDED and math.isnan(low.decide_budget_s)
+    assert "contention: load average 4.0 on 2 CPU(s)" in low.why and "no budget fixes that" in low.why
