@@ -43,6 +43,10 @@ def gate(current: Path, tmp_path: Path, *extra) -> tuple[int, dict]:
     return rc, json.loads((tmp_path / "g.json").read_text())
 
 
+def pooled_note(out: dict) -> str:
+    return next(c["note"] for c in out["checks"] if c["cell_id"] == "ALL" and c["metric"] == "speedup")
+
+
 def speedup_verdicts(out: dict) -> dict[str, str]:
     return {c["cell_id"]: c["verdict"] for c in out["checks"] if c["metric"] == "speedup"}
 
@@ -75,8 +79,7 @@ def test_a_loss_while_the_machine_ran_at_another_speed_is_inconclusive(slowed, t
     assert "INCONCLUSIVE" in printed and "REGRESSED" not in printed and "FAIL" not in printed
     tail = printed.strip().splitlines()[-1]
     assert tail.startswith("INCONCLUSIVE") and "one machine" in tail and "scripts/gate-ci.sh" in tail
-    assert "beyond max_step_ratio 1.18" in next(c["note"] for c in out["checks"] if c["cell_id"] == "ALL"
-                                               and c["metric"] == "speedup")
+    assert "beyond max_step_ratio 1.18" in pooled_note(out)
     suite = ET.parse(tmp_path / "g.xml").getroot().find("testsuite")
     assert int(suite.get("failures")) == 0 and [e.get("type") for e in suite.iter("error")] == ["inconclusive"]
 
@@ -116,8 +119,7 @@ def test_a_loss_within_the_unstable_cells_own_noise_is_inconclusive(tmp_path):
     edit_cells(current, stable=False, speedup_noise=0.06, unstable_reason="measurement noise +-6.0% above the target")
     rc, out = gate(current, tmp_path)
     assert rc == 5 and speedup_verdicts(out)["ALL"] == "inconclusive"
-    note = next(c["note"] for c in out["checks"] if c["cell_id"] == "ALL" and c["metric"] == "speedup")
-    assert "regressed only without the unstable cells' own noise" in note
+    assert "regressed only without the unstable cells' own noise" in pooled_note(out)
 
 
 def test_a_loss_beyond_the_unstable_cells_noise_is_still_a_regression(slowed, tmp_path):
@@ -126,8 +128,7 @@ def test_a_loss_beyond_the_unstable_cells_noise_is_still_a_regression(slowed, tm
     edit_cells(slowed, stable=False, speedup_noise=0.015, unstable_reason="contention: load average 3.1 on 2 CPU(s)")
     rc, out = gate(slowed, tmp_path)
     assert rc == 1 and speedup_verdicts(out)["ALL"] == "regressed"
-    note = next(c["note"] for c in out["checks"] if c["cell_id"] == "ALL" and c["metric"] == "speedup")
-    assert "holds with the unstable cells' noise" in note
+    assert "holds with the unstable cells' noise" in pooled_note(out)
 
 
 def test_an_unstable_cell_without_a_noise_estimate_decides_no_regression(slowed, tmp_path):
