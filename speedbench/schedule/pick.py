@@ -373,10 +373,14 @@ def _choice(load: int, bucket: str, group: pd.DataFrame, decide_unstable: bool =
     shown = dict(best_D=int(best["num_speculative_tokens"]), best_speedup=float(best["speedup"]), best_ci=_ci(best))
     straddles = k == 0 and any(_ci(r)[1] >= 1.0 for r in measured)
     if (straddles or note) and not decide_unstable:  # the point decides nothing: never K=0, never a K
-        lead = best if straddles else next(r for r in rows if not evidence.is_stable(r))
-        _, budget, why = decide_budget(lead)
+        # the row that needs the most measurement: the point decides only once every one of them would
+        leads = ([best] if straddles else []) + [r for r in rows if not evidence.is_stable(r)]
+        sized = [(decide_budget(r), r) for r in leads]
+        (_, budget, why), lead = max(sized, key=lambda x: x[0][0] if math.isfinite(x[0][0]) else math.inf)
         why = (f"D={int(lead['num_speculative_tokens'])} {float(lead['speedup']):.3g} "
                f"[{_ci(lead)[0]:.3g}, {_ci(lead)[1]:.3g}]: {why}")
+        if straddles and lead is not best:
+            why = f"D={int(best['num_speculative_tokens'])}'s interval {_ci(best)[0]:.3g}..{_ci(best)[1]:.3g} straddles 1; {why}"
         return Choice(load, bucket, -1, math.nan, (math.nan, math.nan), every, cand, note, UNDECIDED,
                       why=why, decide_budget_s=budget, **shown)
     if row is None:  # K=0: nothing measured for plain decoding itself (n/a, never "1 [1, 1]"); every cell is the evidence
