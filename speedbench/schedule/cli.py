@@ -136,9 +136,8 @@ def _print_table(sched, notes) -> None:
     print(f"drafter {sched.drafter}; load = {sched.load_column}")
     print(f"{'load':>6} {'bucket':<10} {'K':>9} {'speedup':>8} {'interval':<16} {'of':<4} {'evidence':<30} cells")
     for c in sched.table:  # the chosen K's speedup, or (K=0, undecided) the best measured D's: a number where one was measured
-        own = math.isfinite(c.speedup)
-        s, ci = (c.speedup, c.ci) if own else (c.best_speedup, c.best_ci)
-        of = f"D={c.D}" if own else f"D={c.best_D}" if c.best_D >= 0 else "-"
+        s, ci, d = c.shown
+        of = f"D={d}" if d >= 0 else "-"
         print(f"{c.load:>6} {c.context_bucket:<10} {c.k_label:>9} {_f(s):>8} {_iv(ci):<16} {of:<4} {c.evidence:<30} "
               f"{','.join(c.cells)}")
     for line in notes:

@@ -82,6 +82,14 @@ class Choice:
         return str(self.D) if self.decided else UNDECIDED if self.verdict == UNDECIDED else "n/a"
 
     @property
+    def shown(self) -> tuple[float, tuple[float, float], int]:
+        """(speedup, interval, its D) as a table shows the row: the chosen K's, or for K=0 and undecided rows the
+        best measured D's, so a row shows a number wherever one was measured (D -1: none was)."""
+        if math.isfinite(self.speedup):
+            return self.speedup, self.ci, self.D
+        return self.best_speedup, self.best_ci, self.best_D
+
+    @property
     def evidence(self) -> str:
         """What the choice rests on, in words: its verdict when not a plain measurement, and unstable cells."""
         return "; ".join(x for x in (self.verdict if self.verdict != "measured" else "", self.unstable) if x) or "stable"
@@ -255,15 +263,15 @@ def _protocol(row) -> dict:
     return conf.get("protocol") if isinstance(conf.get("protocol"), dict) else {}
 
 
-def decide_budget(row) -> tuple[float, float, str]:
+def decide_budget(row, interval: bool = True) -> tuple[float, float, str]:
     """(factor, protocol.budget_s, words): how much more measurement would decide this row, from its own noise,
     assuming a half-width ~ 1 / sqrt(budget). Straddling 1: the factor at which its interval's half-width (log
     scale) reaches its distance to 1; unstable: at which its measurement noise (``speedup_noise``) reaches the
-    protocol's target; both: the larger. The budget is the factor x the cell's own ``protocol.budget_s`` (NaN
+    protocol's target (only that with ``interval=False``: a row whose interval decides nothing here); both: the larger. The budget is the factor x the cell's own ``protocol.budget_s`` (NaN
     where the cell does not record it); the repeats scale alike (max_repeats must allow them)."""
     s, (lo, hi) = float(row["speedup"]), _ci(row)
     factors, parts = [], []
-    if lo <= 1.0 <= hi:
+    if interval and lo <= 1.0 <= hi:
         half, dist = (math.log(hi) - math.log(lo)) / 2, abs(math.log(s)) if s > 0 else 0.0
         factors.append((half / dist) ** 2 if dist > 0 else math.inf)
         parts.append("its interval straddles 1")
@@ -375,7 +383,7 @@ def _choice(load: int, bucket: str, group: pd.DataFrame, decide_unstable: bool =
     if (straddles or note) and not decide_unstable:  # the point decides nothing: never K=0, never a K
         # the row that needs the most measurement: the point decides only once every one of them would
         leads = ([best] if straddles else []) + [r for r in rows if not evidence.is_stable(r)]
-        sized = [(decide_budget(r), r) for r in leads]
+        sized = [(decide_budget(r, interval=r is best and straddles), r) for r in leads]
         (_, budget, why), lead = max(sized, key=lambda x: x[0][0] if math.isfinite(x[0][0]) else math.inf)
         why = (f"D={int(lead['num_speculative_tokens'])} {float(lead['speedup']):.3g} "
                f"[{_ci(lead)[0]:.3g}, {_ci(lead)[1]:.3g}]: {why}")
