@@ -123,6 +123,23 @@ class PassNotes:
     extra: dict = field(default_factory=dict)
 
 
+WINDOWED_SPEEDUPS = ("speedup", "speedup_throughput", "speedup_goodput")  # each counts its usable windows
+
+
+def window_notes(cell_id: str, values: dict) -> str:
+    """Warn of every window a speedup left out (``<speedup>_nan_windows``, named with why), and return why the cell
+    is not stable on that account: a throughput or goodput speedup measured from fewer than two usable windows
+    (no interval). The TPOT speedup's own case is the protocol's (``instability``: no finite noise)."""
+    reasons = []
+    for name in WINDOWED_SPEEDUPS:
+        left_out, usable = values.get(f"{name}_nan_windows", ""), values.get(f"{name}_windows", -1)
+        if left_out:
+            log.warning("cell %s: %s left out %s (%d usable)", cell_id, name, left_out, usable)
+        if name != "speedup" and 0 <= usable < 2 and math.isfinite(values.get(name, NAN)) and left_out:
+            reasons.append(f"{name} from {usable} usable window(s), no interval ({left_out})")
+    return "; ".join(reasons)
+
+
 def stability(noise_reason: str, n_failed: int) -> dict[str, Any]:
     """``stable`` and ``unstable_reason``: a cell with failed requests is never stable (its interval
     covers the requests that finished, not the point that was asked), whatever its noise."""
@@ -159,8 +176,10 @@ def assemble_cell(
     values["synthetic_al"] = float(syn) if syn is not None else NAN
     if notes.n_repeats is not None:
         values["n_repeats"] = notes.n_repeats
-    if notes.instability is not None or failed:
-        values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
+    few = window_notes(key.cell_id, values)
+    if notes.instability is not None or failed or few:
+        noise = notes.instability(speedup.speedup_noise) if notes.instability else ""
+        values |= stability("; ".join(x for x in (noise, few) if x), len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
              **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence, cfg.n_resamples),
              **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples), **notes.extra}
