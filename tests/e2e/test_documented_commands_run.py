@@ -121,7 +121,8 @@ OTHER = [(d, ln) for d, ln in COMMANDS if to_argv(ln)[:1] != ["run"]]
 FILL = {"path/to/config.json": "builtin:tiny-target", "path/to/draft/config.json": "builtin:tiny-draft-small",
         "path/to/tokenizer": "builtin:tiny-target", "--tokenizer T": "--tokenizer builtin:tiny-target",
         "RESULTS_DIR": "results/runs/some-run", "--dir DIR": "--dir " + str(REPO / "speedbench" / "fixtures" / "models"),
-        "--out-dir datasets/throughput": "--out-dir built"}
+        "--out-dir datasets/throughput": "--out-dir built",
+        "tests/data/interop/": str(REPO / "tests" / "data" / "interop") + "/"}
 
 
 @pytest.fixture(scope="module")
