@@ -269,7 +269,7 @@ def _finish(state: Invocation, sweep: verdicts.Verdict | None) -> tuple[int, boo
         message = judged.message() if judged is not None and not judged.ok and code != 2 else None
         ok = code == 0
     output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir,
-                  wide=state.own.wide, since=state.started_at)
+                  wide=state.own.wide, since=state.started_at, error=state.refusals.last if code == 2 else None)
     return code, True
 
 

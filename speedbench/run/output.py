@@ -92,11 +92,16 @@ def added_by_this_invocation(root: Path, table, since: float | None):
 
 
 def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
-           wandb_dir: Path | None = None, wide: bool = False, since: float | None = None) -> None:
+           wandb_dir: Path | None = None, wide: bool = False, since: float | None = None,
+           error: str | None = None) -> None:
+    """The table and the ``--json`` summary of a run folder; ``error``: why the run was refused (exit 2)
+    while its folder already held cells (kept; the summary says why nothing new ran, as ``refused`` does)."""
     from ..pipeline.summary import format_table
 
     root = Path(root)
     data = summary(root, code, verdict)
+    if error is not None:
+        data["error"] = error
     point_latest(root)
     to_stdout_json = json_path == "-"
     out = sys.stderr if to_stdout_json else sys.stdout

@@ -195,3 +195,29 @@ def test_a_refused_run_still_writes_its_json(tmp_path):
     proc = cli(tmp_path, "run", "dataset=nope", "--json", "-")
     assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2  # stdout: the JSON alone
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*"))  # nothing written
+
+
+def test_a_truncated_target_is_one_line_naming_the_file_and_keeps_what_was_measured(tmp_path):
+    """A half-finished copy of the target's model.safetensors is refused before any model loads (issue 54
+    item 3: it ended in a SafetensorError traceback, exit 1, no --json summary): one line naming the file,
+    exit 2, the summary written, the cells already in the run folder kept."""
+    import shutil
+
+    from speedbench.models import resolve_path
+
+    target = tmp_path / "half-target"
+    shutil.copytree(resolve_path("builtin:tiny-target"), target)
+    weights = target / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    results = tmp_path / "r"
+    measured = cli(tmp_path, "run", f"results_dir={results}", "run_id=keep", "backend=synthetic", "dataset=smoke",
+                   "dataset.categories=[coding]")
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    before = sorted(p.name for p in (results / "keep" / "cells").iterdir())
+    line = one_line_error(cli(tmp_path, "run", f"results_dir={results}", "run_id=keep", "backend=torch",
+                              f"target.path={target}", "drafter=tiny_draft", "dataset=smoke", "dataset.categories=[coding]",
+                              "max_new_tokens=8", "--json", "out.json"))
+    assert str(weights) in line and "safetensors" in line
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["exit_code"] == 2 and str(weights) in data["error"]
+    assert sorted(p.name for p in (results / "keep" / "cells").iterdir()) == before  # nothing measured lost

@@ -125,7 +125,8 @@ FILL = {"path/to/config.json": "builtin:tiny-target", "path/to/draft/config.json
         "--out-dir datasets/throughput": "--out-dir built",
         # docs/ci-gate.md's history lines read a series kept between CI runs: the committed real one stands in
         "history gate-history": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}",
-        "history DIR": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}"}
+        "history DIR": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}",
+        "tests/data/interop/": str(REPO / "tests" / "data" / "interop") + "/"}
 
 
 @pytest.fixture(scope="module")
