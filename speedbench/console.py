@@ -99,6 +99,14 @@ class _Drop(logging.Filter):
         return self.text not in str(record.msg)
 
 
+def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str | None:
+    """The closest of ``choices`` to a misspelt ``word`` (difflib's ratio at least ``cutoff``), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def error_line(exc: BaseException) -> str:
     """The first line of an exception's message (with its type when the message is empty); an
     ``OSError`` about a path names the path and what the system said (:func:`path_error_line`)."""

@@ -92,7 +92,6 @@ def test_minus_m_and_hydra_flags_anywhere():
 
 def test_run_errors_are_one_line(tmp_path):
     assert "num_speculativ_tokens" in one_line_error(cli(tmp_path, "run", "drafter.num_speculativ_tokens=3"))
-    assert "dataset/nope" in one_line_error(cli(tmp_path, "run", "dataset=nope"))
     assert "--bogus" in one_line_error(cli(tmp_path, "run", "--bogus"))
     assert "--json" in one_line_error(cli(tmp_path, "run", "--json"))
     assert "batch_size" in one_line_error(cli(tmp_path, "run", f"results_dir={tmp_path}", "batch_size=0"))
@@ -195,3 +194,48 @@ def test_a_refused_run_still_writes_its_json(tmp_path):
     proc = cli(tmp_path, "run", "dataset=nope", "--json", "-")
     assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2  # stdout: the JSON alone
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*"))  # nothing written
+
+
+def _refusal(capsys, *args: str) -> list[str]:
+    from speedbench.cli import main
+
+    assert main(["run", "--check", *args]) == 2
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and 1 <= len(lines) <= 2, err
+    return lines
+
+
+def test_config_errors_keep_the_help_hydra_has(tmp_path, capsys):
+    # a group option: the short line with a did-you-mean, then the group's options (no internal schemas)
+    first, options = _refusal(capsys, "drafter=tiny_draft_smal")
+    assert "drafter=tiny_draft_smal" in first and "did you mean drafter=tiny_draft_small?" in first, first
+    assert options.strip().startswith("drafter options:") and "ngram" in options and "schema_" not in options, options
+    first, options = _refusal(capsys, "+experiment=ci_gat")
+    assert "did you mean +experiment=ci_gate?" in first and "tiny_ngram" in options, first
+    first, options = _refusal(capsys, "dataset=nope")  # nothing close: no guess, the options all the same
+    assert "did you mean" not in first and "smoke" in options and "dataset_schema" not in options
+    # an unknown key: the schema's closest key, on one line (overridden or appended)
+    for arg in ("protocol.budgett_s=5", "+protocol.budgett_s=5"):
+        (line,) = _refusal(capsys, arg)
+        assert "protocol.budgett_s" in line and "did you mean budget_s?" in line, line
+    (line,) = _refusal(capsys, "protocol.zzzz=1")  # nothing close: the keys it has
+    assert "its keys:" in line and "budget_s" in line and "min_repeats" in line, line
+    # a wrong type: the type expected
+    (line,) = _refusal(capsys, "batch_size=four")
+    assert line.endswith("batch_size: expected an integer, got 'four'"), line
+    (line,) = _refusal(capsys, "sampling.temperature=hot")
+    assert "sampling.temperature: expected a number" in line, line
+
+
+def test_a_sweep_names_the_job_and_the_option_on_one_line(tmp_path, capsys):
+    (line,) = _refusal(capsys, "-m", "drafter=ngram,tiny_draft_smal", f"results_dir={tmp_path}")
+    assert "job #1" in line and "did you mean drafter=tiny_draft_small?" in line and "drafter options:" in line, line
+
+
+def test_run_help_hides_the_internal_schemas(tmp_path):
+    proc = cli(tmp_path, "run", "--help")
+    assert proc.returncode == 0, proc.stderr
+    groups = proc.stdout.split("== Config ==")[0]
+    assert "drafter: " in groups and "tiny_draft_small" in groups and "backend: " in groups
+    assert "schema_" not in groups and "_schema" not in groups, groups
