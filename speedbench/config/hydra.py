@@ -101,6 +101,8 @@ def omegaconf_line(exc: Exception, where: str = "") -> str:
 def _key_help(exc: Exception, first: str) -> str:
     """``first`` (an OmegaConf message's first line) with a did-you-mean over the schema's keys or
     the expected type added, where ``exc`` says which schema and key it was about."""
+    import dataclasses
+
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
     from ..console import did_you_mean
@@ -113,7 +115,8 @@ def _key_help(exc: Exception, first: str) -> str:
         keys = schema_keys(schema, getattr(exc, "parent_node", None))
         where = getattr(exc, "object_type_str", None) or "this node"
         if not keys:
-            return f"unknown key {leaf!r}: {where} takes no keys" if schema_keys(schema) == [] and isinstance(schema, type) else first
+            takes_none = isinstance(schema, type) and dataclasses.is_dataclass(schema)  # a schema without fields
+            return f"unknown key {leaf!r}: {where} takes no keys" if takes_none else first
         close = did_you_mean(leaf, keys)
         return (f"unknown key {leaf!r} in {where}; did you mean {close}?" if close
                 else f"unknown key {leaf!r} in {where}; its keys: {', '.join(keys)}")
