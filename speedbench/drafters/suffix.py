@@ -156,9 +156,13 @@ class SuffixDrafter(Drafter):
         self.depth, self.cached = max_tree_depth, max_cached_requests
         self.factor, self.min_prob = max_spec_factor, min_token_prob
         self.device = ctx.device
-        self.global_tree = SuffixTrie(max_tree_depth)  # the run's outputs: lives across batches
-        self._order: deque[int] = deque()  # global sequence ids, oldest first
-        self._next_id = 0
+        # the tree of earlier outputs lives as long as the engine (vLLM keeps one per engine): warm-up,
+        # every block and repeat of every cell this backend runs with these settings add to it
+        key = ("suffix", max_tree_depth, max_cached_requests)
+        state = ctx.engine_state if ctx.engine_state is not None else {}
+        self._shared = state.setdefault(key, {"tree": SuffixTrie(max_tree_depth), "order": deque(), "next": 0})
+        self.global_tree = self._shared["tree"]
+        self._order: deque[int] = self._shared["order"]  # global sequence ids, oldest first
 
     def reset(self, history, max_len: int) -> None:
         batch = history.tokens.shape[0]
@@ -170,9 +174,9 @@ class SuffixDrafter(Drafter):
             self.local[b].extend(0, prompt)
             self.fed[b] = len(prompt)
             if self.cached != 0:
-                self.rows[b] = self._next_id
-                self._order.append(self._next_id)
-                self._next_id += 1
+                self.rows[b] = self._shared["next"]
+                self._order.append(self._shared["next"])
+                self._shared["next"] += 1
                 while self.cached > 0 and len(self._order) > self.cached:
                     self.global_tree.remove(self._order.popleft())
 
