@@ -131,12 +131,14 @@ def windows(records: Sequence[RequestRecord]) -> dict[int, float]:
 
 
 def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN,
-               steady: dict[int, float] | None = None) -> dict[int, dict]:
+               steady: dict[int, dict] | None = None) -> dict[int, dict]:
     """Per repeat: window (s), output tokens, finished and SLO-meeting requests. Without send times the
     pass wall time (``wall_s``, all repeats) is split evenly over the repeats (``shared``: the speedups
-    of throughput and goodput then have a point but no interval). ``steady``: {repeat: seconds} of the
-    repeats whose window is their steady window (``metrics.steady``; ``records`` already cut to it)."""
-    wins = windows(records) | (steady or {})
+    of throughput and goodput then have a point but no interval). ``steady``: {repeat: {"window", "tokens"}}
+    of the repeats counted over their steady window (``metrics.steady.window_counts``; ``records`` already
+    cut to the requests that finished inside it)."""
+    steady = steady or {}
+    wins = windows(records) | {rep: c["window"] for rep, c in steady.items()}
     shared = bool(wins) and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s)
     if shared:
         wins = {k: wall_s / len(wins) for k in wins}
@@ -146,6 +148,8 @@ def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], w
         ok = [r for r in these if r.status == STATUS_OK]
         out[rep] = {"window": win, "shared": shared, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
                     "good": sum(meets_slo(r, objectives) for r in these) if objectives else NAN}
+        if rep in steady:
+            out[rep]["tokens"] = steady[rep]["tokens"]
     return out
 
 
@@ -173,7 +177,7 @@ def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, conf
 
 
 def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN,
-                 steady: dict[int, float] | None = None) -> dict:
+                 steady: dict[int, dict] | None = None) -> dict:
     """Every per-role column of a load point (``<x>_ms_<stat>_<role>``, rates, failures)."""
     ok = [r for r in records if r.status == STATUS_OK]
     out: dict = {}
@@ -230,7 +234,7 @@ def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resampl
     """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
     point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``);
     ``windows``: a load point's intervals cover the windows' spread (module docstring); ``steady``: the
-    (baseline, spec) {repeat: seconds} of the steady windows the passes were cut to (``metrics.steady``)."""
+    (baseline, spec) ``metrics.steady.window_counts`` of the steady windows the passes were cut to."""
     objectives = slo_set(slo)
     sb, ss = steady or (None, None)
     out = role_columns(base.requests, "baseline", objectives, base.wall_s, sb)

@@ -2,8 +2,11 @@
 
 A load point's pass starts with a ramp (in flight climbs to its level) and ends with a drain (the
 last requests finish with fewer and fewer beside them); both run at a lower load than the point
-names. With ``load.steady_state`` a cell counts, per pass and repeat, only the requests that
-finished inside the steady window, and the pass's window (throughput, goodput) is that window:
+names. With ``load.steady_state`` a cell counts, per pass and repeat, the steady window only: its
+latencies, TPOT speedup, finished requests and goodput from the requests that finished inside it,
+its output tokens/s from the tokens delivered inside it (``tokens_in``: a request's decode tokens
+spread evenly over its decode, so a request that ends in the drain counts for the part it ran in
+the window), over the window's seconds. The window:
 
 * closed loop (``load.concurrency`` = C, every request ready at once): from the first moment at
   least ``ceil(STEADY_FRAC x C)`` requests are in flight to the last moment the count falls below
@@ -122,9 +125,31 @@ def steady_pass(output, concurrency: int | None, request_rate: float):
     return replace(output, requests=kept), spans
 
 
-def window_seconds(spans: dict[int, SteadySpan]) -> dict[int, float]:
-    """{repeat: the steady window's seconds} for the repeats that have one (the rest keep their whole window)."""
-    return {rep: s.length_s for rep, s in spans.items() if s.found}
+def tokens_in(record: RequestRecord, t0: float, t1: float) -> float:
+    """The request's output tokens delivered inside [t0, t1]: its first token if it came inside, and its other
+    ``n - 1`` spread evenly over its decode (first token -> last; TPOT is one number per request)."""
+    if record.status != STATUS_OK or not (math.isfinite(record.t_start) and math.isfinite(record.e2e)):
+        return 0.0
+    first, last = record.t_start + record.ttft, record.t_start + record.e2e
+    if not math.isfinite(first):
+        first = last
+    out = float(t0 <= first <= t1)
+    rest = record.n_tokens - 1
+    if rest > 0:
+        if last > first:
+            out += rest * max(0.0, min(last, t1) - max(first, t0)) / (last - first)
+        else:
+            out += rest * float(t0 <= last <= t1)
+    return out
+
+
+def window_counts(output, spans: dict[int, SteadySpan]) -> dict[int, dict]:
+    """{repeat: {"window": seconds, "tokens": output tokens delivered inside it}} of the repeats with a steady
+    window, from the pass's uncut ``output``: every request's share of tokens inside the window counts (a
+    request that finished in the drain worked in the window too), so neither edge biases the throughput."""
+    return {rep: {"window": s.length_s, "tokens": sum(tokens_in(r, s.t0, s.t1) for r in output.requests
+                                                       if r.repeat == rep)}
+            for rep, s in spans.items() if s.found}
 
 
 def steady_note(base_spans: dict[int, SteadySpan], spec_spans: dict[int, SteadySpan]) -> dict:

@@ -23,7 +23,7 @@ from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..hashing import stable_hash
 from ..metrics import latency
 from ..metrics.buckets import bucket_notes
-from ..metrics.steady import steady_note, steady_pass, window_seconds
+from ..metrics.steady import steady_note, steady_pass, window_counts
 from ..metrics.trajectory import turn_notes
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
@@ -147,8 +147,8 @@ def assemble_cell(
     if windows and run.load.steady_state:  # the speedups and load columns from the steady windows only
         timed_base, base_spans = steady_pass(base, run.load.concurrency, float(run.load.request_rate))
         timed_spec, spec_spans = steady_pass(spec, run.load.concurrency, float(run.load.request_rate))
-        steady, steady_extra = (window_seconds(base_spans), window_seconds(spec_spans)), steady_note(base_spans,
-                                                                                                     spec_spans)
+        steady = (window_counts(base, base_spans), window_counts(spec, spec_spans))
+        steady_extra = steady_note(base_spans, spec_spans)
     speedup = metrics.speedup_columns(timed_base.requests, timed_spec.requests, cfg.confidence, cfg.n_resamples,
                                       windows, cfg.process_noise)
     values = _columns(

@@ -55,8 +55,11 @@ def test_a_cell_counts_only_steady_requests_and_the_steady_window_as_its_through
     assert len(kept) == spans[0].kept == 21 and any(r.status == "error" for r in cut.requests)  # failures stay
     whole = ml.load_point_columns(base, spec)
     cut_base, base_spans = steady.steady_pass(base, 4, math.inf)
-    part = ml.load_point_columns(cut_base, cut, steady=(steady.window_seconds(base_spans), steady.window_seconds(spans)))
-    assert part.output_tok_s_spec == pytest.approx(sum(r.n_tokens for r in kept) / spans[0].length_s)
+    part = ml.load_point_columns(cut_base, cut, steady=(steady.window_counts(base, base_spans),
+                                                        steady.window_counts(spec, spans)))
+    inside = sum(steady.tokens_in(r, spans[0].t0, spans[0].t1) for r in spec.requests)
+    assert part.output_tok_s_spec == pytest.approx(inside / spans[0].length_s)
+    assert part.requests_s_spec == pytest.approx(len(kept) / spans[0].length_s)
     # the slowed tail ran mostly in the drain: counting it whole lowers the speculative throughput more
     assert part.output_tok_s_spec > whole.output_tok_s_spec
     assert part.tpot_ms_p99_spec <= whole.tpot_ms_p99_spec
@@ -89,3 +92,16 @@ def test_steady_state_is_part_of_the_cell_id_only_when_on_and_needs_a_load_point
     assert any("load.steady_state needs a load point" in p for p in load.load_problems(run))
     run.load = LoadConfig(concurrency=2, steady_state="yes")
     assert any("load.steady_state must be true or false" in p for p in load.load_problems(run))
+
+
+def test_tokens_in_counts_the_part_of_a_decode_inside_the_window():
+    r = rec(ttft=1.0, tpot=0.1, n=11, t_start=0.0)  # first token at 1 s, the other 10 evenly to 2 s
+    assert steady.tokens_in(r, 0.0, 3.0) == pytest.approx(11)
+    assert steady.tokens_in(r, 1.5, 3.0) == pytest.approx(5)  # half the decode, not the first token
+    assert steady.tokens_in(r, 0.0, 1.5) == pytest.approx(6)
+    assert steady.tokens_in(rec(status="error"), 0.0, 9.0) == 0
+    # a closed loop: the tokens inside the window, over it, match the whole window's rate (no edge bias)
+    records = closed_loop(400, 4)
+    span = steady.steady_span(records, 4, math.inf)
+    whole = sum(r.n_tokens for r in records) / span.whole_s
+    assert sum(steady.tokens_in(r, span.t0, span.t1) for r in records) / span.length_s == pytest.approx(whole, rel=0.02)
