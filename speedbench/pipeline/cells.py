@@ -23,6 +23,7 @@ from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..hashing import stable_hash
 from ..metrics import latency
 from ..metrics.buckets import bucket_notes
+from ..metrics.over_time import over_time_notes
 from ..metrics.steady import steady_note, steady_pass, window_counts
 from ..metrics.trajectory import turn_notes
 from ..redact import redact
@@ -170,7 +171,8 @@ def assemble_cell(
         values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
              **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence, cfg.n_resamples),
-             **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples), **steady_extra, **notes.extra}
+             **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples),
+             **over_time_notes(spec.steps, cfg.confidence), **steady_extra, **notes.extra}
     cell = CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),
