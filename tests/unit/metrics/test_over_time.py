@@ -27,3 +27,18 @@ def test_the_trend_test_flags_a_drift_and_not_noise():
     assert t_fall["drifts"] and t_fall["ci_high"] < 0 and abs(t_fall["slope"] + 0.1) < 0.03
     assert not t_flat["drifts"] and t_flat["ci_low"] < 0 < t_flat["ci_high"]
     assert over_time.trend([1.0, 2.0])["drifts"] is None  # too few windows: no verdict
+
+
+def test_the_report_shows_each_cells_trend_and_plots_al_per_window(tmp_path):
+    import json
+
+    from speedbench.report.build import build_report
+
+    run = make_run(tmp_path, "R", per_category=False,
+                   backend=BackendConfig(name="synthetic", device="cpu", options={"noise": 0.005}))
+    runner.run_cells(run, progress=False)
+    files = build_report([tmp_path / "R"], tmp_path / "rep", plots=True)
+    (row,) = json.loads(files.json.read_text())["over_time"]["trends"]
+    assert row["windows"] >= over_time.MIN_WINDOWS and row["AL drift"] in ("drift", "none shown")
+    assert (tmp_path / "rep" / "al_over_time.png").exists()
+    assert "AL and step time over the run" in files.markdown.read_text()
