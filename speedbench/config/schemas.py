@@ -234,6 +234,7 @@ class LoadConfig:
     num_requests: Optional[int] = None  # requests per point (the cell's prompts cycled or cut); None: the cell's
     warmup_requests: Optional[int] = None  # warm-up requests before the point (excluded); None: warmup_batches x B
     duration_s: Optional[float] = None  # seconds per window instead of num_requests: the request count is sized once
+    steady_state: bool = False  # count only each pass's steady window (metrics.steady): no ramp, no drain
 
 
 @dataclass

@@ -133,11 +133,15 @@ def windows(records: Sequence[RequestRecord]) -> dict[int, float]:
     return out
 
 
-def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN) -> dict[int, dict]:
+def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN,
+               steady: dict[int, dict] | None = None) -> dict[int, dict]:
     """Per repeat: window (s), output tokens, finished and SLO-meeting requests. Without send times the
     pass wall time (``wall_s``, all repeats) is split evenly over the repeats (``shared``: the speedups
-    of throughput and goodput then have a point but no interval)."""
-    wins = windows(records)
+    of throughput and goodput then have a point but no interval). ``steady``: {repeat: {"window", "tokens"}}
+    of the repeats counted over their steady window (``metrics.steady.window_counts``; ``records`` already
+    cut to the requests that finished inside it)."""
+    steady = steady or {}
+    wins = windows(records) | {rep: c["window"] for rep, c in steady.items()}
     shared = bool(wins) and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s)
     if shared:
         wins = {k: wall_s / len(wins) for k in wins}
@@ -147,6 +151,8 @@ def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], w
         ok = [r for r in these if r.status == STATUS_OK]
         out[rep] = {"window": win, "shared": shared, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
                     "good": sum(meets_slo(r, objectives) for r in these) if objectives else NAN}
+        if rep in steady:
+            out[rep]["tokens"] = steady[rep]["tokens"]
     return out
 
 
@@ -193,7 +199,8 @@ def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, conf
     return est.point, est.low, est.high, est.n_repeats, name_windows(why)
 
 
-def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN) -> dict:
+def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN,
+                 steady: dict[int, dict] | None = None) -> dict:
     """Every per-role column of a load point (``<x>_ms_<stat>_<role>``, rates, failures)."""
     ok = [r for r in records if r.status == STATUS_OK]
     out: dict = {}
@@ -201,7 +208,7 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
                          ("itl", itl_per_chunk(ok)), ("e2e", [r.e2e for r in ok]), ("itl_token", itl_per_token(ok))):
         for stat, v in summary(values).items():
             out[f"{name}_ms_{stat}_{role}"] = v * 1e3
-    rows = per_repeat(records, objectives, wall_s)
+    rows = per_repeat(records, objectives, wall_s, steady)
     out[f"output_tok_s_{role}"] = _rate(rows, "tokens")
     out[f"requests_s_{role}"] = _rate(rows, "ok")
     out[f"goodput_{role}"] = _rate(rows, "good") if objectives else NAN
@@ -246,14 +253,16 @@ def client_columns(base, spec) -> dict:
 
 
 def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000,
-                       windows: bool = False) -> LoadPointColumns:
+                       windows: bool = False, steady: tuple[dict, dict] | None = None) -> LoadPointColumns:
     """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
     point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``);
-    ``windows``: a load point's intervals cover the windows' spread (module docstring)."""
+    ``windows``: a load point's intervals cover the windows' spread (module docstring); ``steady``: the
+    (baseline, spec) ``metrics.steady.window_counts`` of the steady windows the passes were cut to."""
     objectives = slo_set(slo)
-    out = role_columns(base.requests, "baseline", objectives, base.wall_s)
-    out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
-    rb, rs = per_repeat(base.requests, objectives, base.wall_s), per_repeat(spec.requests, objectives, spec.wall_s)
+    sb, ss = steady or (None, None)
+    out = role_columns(base.requests, "baseline", objectives, base.wall_s, sb)
+    out |= role_columns(spec.requests, "spec", objectives, spec.wall_s, ss)
+    rb, rs = per_repeat(base.requests, objectives, base.wall_s, sb), per_repeat(spec.requests, objectives, spec.wall_s, ss)
     for name, what in (("throughput", "tokens"), ("goodput", "good")):
         v = _ratio_speedup(rb, rs, what, confidence, n_resamples, windows) if what != "good" or objectives else \
             (NAN, NAN, NAN, -1, "")
