@@ -23,7 +23,7 @@ TARGET, PARD = "builtin:tiny-target", "builtin:tiny-pard"
 @pytest.fixture(scope="module")
 def runs():
     torch_backend = make_backend("torch", TARGET)
-    vllm = make_backend("vllm", TARGET, {"max_engines": 4})  # max_engines is per process: the session vllm_backend's 3 stay alive
+    vllm = make_backend("vllm", TARGET, {"max_engines": 1})
     try:
         return {"baseline": generate(torch_backend, "none"), "torch": generate(torch_backend, "pard", PARD),
                 "vllm": generate(vllm, "pard", PARD)}
