@@ -1,8 +1,7 @@
 """Engine construction: one ``vllm.LLM`` per (speculative config, ``max_num_seqs``), kept in a small LRU.
 
 The baseline is the engine with ``speculative_config=None``. At most ``max_engines`` are alive at
-once in the process, over every pool (a sweep over targets keeps one backend per target: the
-least recently used engine of any of them is closed first); starting an evicted one again costs a full engine start-up (~40 s for the tiny models on 2
+once; starting an evicted one again costs a full engine start-up (~40 s for the tiny models on 2
 CPU cores). Each :class:`Engine` records whether its model-runner timers were installed.
 """
 from __future__ import annotations
@@ -32,8 +31,6 @@ log = logging.getLogger(__name__)
 # engine re-registers it, so only the newest engine's counters can be read (by any backend)
 _registry_owner: list[int | None] = [None]
 _in_process: set[int] = set()  # ids of the live engines whose engine core runs in this process
-# every live engine of every pool in this process, least recently used first: max_engines is per process
-_LIVE: "OrderedDict[tuple[int, str], EnginePool]" = OrderedDict()
 ENGINE_SHUTDOWN_S = 60.0  # vLLM's default (5 s) force-kills a busy engine process: warnings, leaked shared memory
 
 
@@ -64,12 +61,11 @@ class EnginePool:
         key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
         if key in self._engines:
             self._engines.move_to_end(key)
-            _LIVE.move_to_end((id(self), key))
             return self._engines[key]
-        while len(_LIVE) >= s.max_engines:  # the oldest engine of any pool in this process
-            (_, old_key), owner = _LIVE.popitem(last=False)
-            log.info("vllm: closing engine %s to make room (max_engines=%d alive in this process)", old_key, s.max_engines)
-            _shutdown(owner._engines.pop(old_key).llm)
+        while len(self._engines) >= s.max_engines:
+            old_key, old = self._engines.popitem(last=False)
+            log.info("vllm: closing engine %s to make room (max_engines=%d)", old_key, s.max_engines)
+            _shutdown(old.llm)
         from vllm import LLM
 
         if s.lockstep:  # the engine core in this process (LLMEngine.step() = one iteration); set before it starts
@@ -108,7 +104,6 @@ class EnginePool:
                 engine = Engine(llm, key, "false", status)
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = engine
-        _LIVE[(id(self), key)] = self
         if s.lockstep:
             _in_process.add(id(llm))
         _registry_owner[0] = id(llm)
@@ -130,9 +125,7 @@ class EnginePool:
 
     def close(self) -> None:
         while self._engines:
-            key, engine = self._engines.popitem()
-            _LIVE.pop((id(self), key), None)
-            _shutdown(engine.llm)
+            _shutdown(self._engines.popitem()[1].llm)
         if self.trace_root:
             shutil.rmtree(self.trace_root, ignore_errors=True)
 
