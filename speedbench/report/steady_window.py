@@ -27,7 +27,7 @@ def _rows(cells: pd.DataFrame) -> list[dict]:
         spans = [(role, rep, s) for role in ("baseline", "spec") for rep, s in (note.get(role) or {}).items()]
         if not spans:
             rows.append(point | {"window": "whole pass", "pass": "both", "seconds": math.nan,
-                                 "share of pass": math.nan, "requests kept": "all", "warning": ""})
+                                 "share of pass": math.nan, "requests kept": "all", "warning": "none"})
             continue
         for role, rep, s in spans:
             found = bool(s.get("found"))
@@ -38,7 +38,7 @@ def _rows(cells: pd.DataFrame) -> list[dict]:
                 "pass": f"{role} r{rep}", "seconds": round(length, 2) if found else math.nan,
                 "share of pass": round(length / whole, 3) if found and whole > 0 else math.nan,
                 "requests kept": f"{s.get('kept')}/{s.get('finished')}",
-                "warning": "short" if s.get("short") else ("" if found else str(s.get("rule", "")))})
+                "warning": "short" if s.get("short") else ("none" if found else str(s.get("rule", "")) or "none")})
     return rows
 
 
