@@ -31,6 +31,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "capacity": ("speedbench.capacity.cli", "the highest request rate (or concurrency) each configuration sustains "
                  "within the SLO set, baseline and speculative, from a load sweep"),
     "gate": ("speedbench.gate.cli", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
+    "history": ("speedbench.gate.history_cli", "change points across a series of gated runs (one per commit): where "
+                "speedup or AL changed, by how much; non-zero on a loss beyond the tolerance"),
     "merge": ("speedbench.results.merge", "merge results folders (e.g. one per Slurm job) into one"),
     "import": ("speedbench.interop.import_cli", "turn other tools' baseline/speculative result files (vllm bench serve, "
                "AIPerf) into a results folder"),
