@@ -54,6 +54,9 @@ class DrafterMethod:
     # the model that drafts in modelling.costmodel (a key of its DRAFTING_MODEL); None: the cost model leaves it out
     cost: str | None = None
     planned: bool = False  # in modelling.plan's default mechanisms
+    # what its drafter reads, where not what its ``cost`` family reads (a key of report.mechanism_table.INPUTS)
+    reads: str | None = None
+    draft_kv: bool = True  # whether its drafter keeps a KV cache of its own (False: no attention, nothing per token)
 
     def runs_on(self, build: str) -> bool:
         return (self.reference is not None) if build == "torch" else build in self.engines
@@ -106,7 +109,7 @@ METHODS: dict[str, DrafterMethod] = {
     "medusa": DrafterMethod(needs_model=True, reference="speedbench.drafters.medusa:MedusaDrafter",
                             reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
                             fixed_k_why="vLLM's medusa drafts exactly its num_heads tokens (asserts a fixed K)",
-                            kind=PARALLEL, cost="head"),
+                            kind=PARALLEL, cost="head", reads="target_state", draft_kv=False),
     "mtp": DrafterMethod(engines=frozenset({"vllm"}), cost="target_head"),  # the target's own heads unless drafter.model is set
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "

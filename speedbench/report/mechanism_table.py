@@ -23,13 +23,15 @@ import pandas as pd
 from ..drafters.registry import METHODS, MODEL_FREE, PARALLEL, SERIAL, engine_refusal, is_baseline
 from .common import B, D, MEASURED, MECH, Section, fmt, spec_cells
 
-# What a drafter reads, by what drafts (the method table's ``cost`` family: the cost model's drafting model)
+# What a drafter reads, by what drafts (the method table's ``cost`` family: the cost model's drafting model),
+# or by the method's own ``reads`` where its cost family reads more (Medusa: a head that takes no tokens)
 INPUTS = {
     "free": "tokens (lookup over the prompt and output)",
     "own_model": "tokens (its own model)",
     "head": "target hidden states + tokens",
     "target_head": "target's last hidden state + last token",
     "target_layers": "tokens (the target's first layers)",
+    "target_state": "target's last hidden state (no tokens)",
 }
 MODES = {SERIAL: "serial (one forward per drafted token)", PARALLEL: "parallel (one forward for all D)",
          MODEL_FREE: "lookup (no forward)"}
@@ -67,9 +69,12 @@ def _weights_params(folder: Path) -> float:
 
 
 def inputs(entry) -> str:
-    """What a method's drafter reads: by its drafting model, else (model-free) the lookup, else its own weights."""
+    """What a method's drafter reads: its own ``reads``, else by its drafting model, else (model-free) the lookup,
+    else its own weights."""
     if entry is None:
         return "weights of its own (not in the method table)"
+    if entry.reads in INPUTS:
+        return INPUTS[entry.reads]
     if entry.cost in INPUTS:
         return INPUTS[entry.cost]
     return INPUTS["free"] if entry.kind == MODEL_FREE else "target hidden states + tokens (its own weights)"
@@ -97,6 +102,8 @@ def footprint(drafter: dict[str, Any], target: dict[str, Any], dtype: str) -> Fo
             return Footprint(math.nan, math.nan, math.nan)
     except (OSError, ValueError):
         return Footprint(math.nan, math.nan, math.nan)
+    if method is not None and not method.draft_kv:  # no attention of its own (Medusa's residual heads)
+        return Footprint(params, params * width, 0.0)
     heads = cfg.get("num_key_value_heads") or cfg.get("num_attention_heads") or math.nan
     head_dim = cfg.get("head_dim") or (cfg.get("hidden_size", math.nan) / cfg.get("num_attention_heads", math.nan)
                                        if cfg.get("num_attention_heads") else math.nan)

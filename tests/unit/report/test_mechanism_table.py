@@ -1,5 +1,5 @@
 """The mechanism table (``speedbench mechanisms``, the report's G5 table) on three real reference-engine
-runs (n-gram, the shipped EAGLE-3 head, layer skip): each column checked against what it is read from
+runs (n-gram, the shipped EAGLE-3 head, the shipped Medusa heads, layer skip): each column checked against what it is read from
 (the drafter's files, the manifest, the cells, G5's ranking), computed here independently."""
 import json
 import math
@@ -18,6 +18,7 @@ from tests.support.sweep_helpers import make_run, run_speedbench
 
 DRAFTERS = {"ngram": make_drafter("ngram", 4), "tiny_eagle3": make_drafter("eagle3", 3, name="tiny_eagle3",
                                                                            model="builtin:tiny-eagle3"),
+            "tiny_medusa": make_drafter("medusa", 3, name="tiny_medusa", model="builtin:tiny-medusa"),
             "layer_skip": make_drafter("layer_skip", 2, num_layers=1)}
 
 
@@ -43,9 +44,9 @@ def _row(frame, mech):
 
 def test_one_row_per_measured_mechanism_and_one_per_unmeasured_method(results):
     _, _, _, frame = results
-    measured = {"ngram", "tiny_eagle3", "layer_skip"}
+    measured = {"ngram", "tiny_eagle3", "tiny_medusa", "layer_skip"}
     assert measured <= set(frame["mechanism"])
-    others = {m for m in METHODS if not is_baseline(m) and m not in {"ngram", "eagle3", "layer_skip"}}
+    others = {m for m in METHODS if not is_baseline(m) and m not in {"ngram", "eagle3", "medusa", "layer_skip"}}
     assert {f"({m})" for m in others} == set(frame["mechanism"]) - measured
     for m in others:
         assert _row(frame, f"({m})")["best speedup by B"].startswith("not measured: ")
@@ -68,6 +69,21 @@ def test_memory_from_the_drafters_own_files(results):
     assert skip["KV KiB/token"] == pytest.approx(2 * 1 * target["num_key_value_heads"] * target["head_dim"] * 4 / 1024)
     ngram = _row(frame, "ngram")
     assert ngram["params"] == 0 and ngram["generation"].startswith("lookup") and ngram["training"].startswith("none")
+
+
+def test_medusa_row_heads_on_the_target_state_in_parallel_with_no_kv(results):
+    _, _, _, frame = results
+    folder = resolve_path("builtin:tiny-medusa")
+    with safe_open(f"{folder}/model.safetensors", "np") as f:
+        params = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # residual blocks + the LM head
+    row = _row(frame, "tiny_medusa")
+    assert row["inputs"] == "target's last hidden state (no tokens)"
+    assert row["generation"].startswith("parallel")
+    assert row["params"] == params and row["param MiB"] == pytest.approx(params * 4 / 2**20)
+    assert row["KV KiB/token"] == 0.0  # no attention layer: nothing kept per token
+    manifest = json.loads(open(f"{folder}/../MANIFEST.json").read())["provenance"]["models"]["tiny-medusa"]
+    assert row["training"] == f"{manifest['steps']} steps, {mechanism_table.fmt(float(manifest['wall_s']))} s"
+    assert not any(str(row[c]) in {"n/a", "nan"} for c in mechanism_table.COLUMNS)
 
 
 def test_training_cost_from_the_manifest(results):
