@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.drafting import Drafter
+from ..engine.drafting import Drafter, draft_parallel
 from ..engine.medusa_heads import load_heads
-from ..engine.sampling import logits_to_probs, sample
 from ..engine.speculative import Proposal
-from .eagle3 import _local_dir
+from .eagle3 import Eagle3Drafter, _local_dir
 
 
 class MedusaDrafter(Drafter):
@@ -38,13 +37,7 @@ class MedusaDrafter(Drafter):
         self.arange = torch.arange(max_len, device=self.device)
         self.max_len = max_len
 
-    def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
-        """Final hidden states [B, T, H] for positions start[b] .. start[b]+T-1 (rejected ones get overwritten)."""
-        batch, width = features.shape[:2]
-        cols = start[:, None] + self.arange[:width]
-        rows = torch.arange(batch, device=self.device)[:, None].expand_as(cols)
-        keep = cols < self.max_len
-        self.feats[rows[keep], cols[keep]] = features[keep].float()
+    observe = Eagle3Drafter.observe  # the same per-position store of the target's (final) hidden states
 
     @torch.no_grad()
     def propose(self, history, num_tokens, params, generator) -> Proposal:
@@ -56,12 +49,4 @@ class MedusaDrafter(Drafter):
                              f"asked for {num_tokens}")
         rows = torch.arange(batch, device=self.device)
         hidden = self.feats[rows, (history.lens - 2).clamp(min=0)]
-        logits = self.heads(hidden, num_tokens).float()  # [B, D, V]
-        probs = None
-        if params.greedy:
-            tokens = logits.argmax(-1)
-        else:
-            probs = logits_to_probs(logits, params)
-            tokens = sample(probs, generator)
-        return Proposal(tokens=tokens, n_proposed=torch.full((batch,), num_tokens, dtype=torch.long,
-                                                             device=self.device), probs=probs)
+        return draft_parallel(self.heads(hidden, num_tokens).float(), params, generator)  # logits [B, D, V]

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.drafting import Drafter
-from ..engine.sampling import logits_to_probs, sample
+from ..engine.drafting import Drafter, draft_parallel
 from ..engine.speculative import Proposal
 from .draft_model import load_same_vocab
 
@@ -52,11 +51,4 @@ class PardDrafter(Drafter):
         self.lm.truncate(history.lens)  # keep the real tokens only
         at = (n - 1)[:, None] + torch.arange(num_tokens, device=self.device)
         logits = logits[torch.arange(batch, device=self.device)[:, None], at]  # [B, D, V]
-        probs = None
-        if params.greedy:
-            tokens = logits.argmax(-1)
-        else:
-            probs = logits_to_probs(logits, params)
-            tokens = sample(probs, generator)
-        return Proposal(tokens=tokens, n_proposed=torch.full((batch,), num_tokens, dtype=torch.long,
-                                                             device=self.device), probs=probs)
+        return draft_parallel(logits, params, generator)

@@ -100,3 +100,17 @@ def draft_autoregressive(logits: torch.Tensor, step, num_tokens: int, params: Sa
         n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=device),
         probs=torch.stack(probs, 1) if probs else None,
     )
+
+
+def draft_parallel(logits: torch.Tensor, params: SamplingParams, generator) -> Proposal:
+    """D tokens per row from one pass that scored every draft position at once (``logits`` [B, D, V]):
+    greedy takes the argmaxes; sampling draws from p and keeps p for the exact acceptance rule."""
+    batch, num_tokens = logits.shape[:2]
+    probs = None
+    if params.greedy:
+        tokens = logits.argmax(-1)
+    else:
+        probs = logits_to_probs(logits, params)
+        tokens = sample(probs, generator)
+    return Proposal(tokens=tokens, n_proposed=torch.full((batch,), num_tokens, dtype=torch.long, device=logits.device),
+                    probs=probs)
