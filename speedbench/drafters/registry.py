@@ -99,7 +99,9 @@ METHODS: dict[str, DrafterMethod] = {
                             cost="head", planned=True),
     "medusa": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), fixed_k_why="medusa asserts a fixed K",
                             kind=PARALLEL, cost="head"),
-    "mtp": DrafterMethod(engines=frozenset({"vllm"}), cost="target_head"),  # the target's own heads unless drafter.model is set
+    # the target's own MTP layer (vLLM: unless drafter.model is set); the reference engine runs MiMo's
+    "mtp": DrafterMethod(reference="speedbench.drafters.mtp:MtpDrafter", engines=frozenset({"vllm"}),
+                         schedule=frozenset({"torch"}), cost="target_head"),
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
         "start-up)")}),
