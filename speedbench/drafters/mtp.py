@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from ..engine.drafting import Drafter, draft_autoregressive
 from ..engine.mtp_layer import MtpSpec, load_mtp_layer
 from ..engine.speculative import Proposal
+from .eagle3 import Eagle3Drafter, pending_pairs
 
 
 class _CachedAttend:
@@ -77,12 +78,7 @@ class MtpDrafter(Drafter):
         self.arange = torch.arange(max_len, device=self.device)
         self.max_len = max_len
 
-    def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
-        batch, width = features.shape[:2]
-        cols = start[:, None] + self.arange[:width]
-        rows = torch.arange(batch, device=self.device)[:, None].expand_as(cols)
-        keep = cols < self.max_len
-        self.feats[rows[keep], cols[keep]] = features[keep].float()
+    observe = Eagle3Drafter.observe  # the same per-position store of the target's hidden states
 
     def _run(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         self.attend.positions = positions
@@ -94,12 +90,7 @@ class MtpDrafter(Drafter):
         batch = history.tokens.shape[0]
         if num_tokens < 1:
             return Proposal.empty(batch, self.device)
-        counts = history.lens - 1 - self.lens  # pending pairs: hidden at p with token p+1
-        width = int(counts.max())
-        positions = self.lens[:, None] + self.arange[:width]
-        last_valid = (counts - 1).clamp(min=0)
-        clamped = torch.minimum(positions, (history.lens - 2)[:, None].clamp(min=0))
-        rows = torch.arange(batch, device=self.device)
+        positions, clamped, last_valid, rows = pending_pairs(history, self.lens, self.arange)
         out = self._run(history.tokens[rows[:, None], clamped + 1], self.feats[rows[:, None], clamped], positions)
         self.lens = history.lens - 1
         hidden = out[rows, last_valid][:, None]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .eagle3_head import rotate
+from .eagle3_head import _Mlp, rotate
 
 PREFIX = "model.mtp_layers.0."
 ARCHITECTURE = "MiMoForCausalLM"  # vLLM maps it to mimo_mtp (method mtp)
@@ -59,17 +59,6 @@ class _Attention(nn.Module):
         self.k_proj = nn.Linear(s.hidden_size, s.num_key_value_heads * s.head_dim, bias=True)
         self.v_proj = nn.Linear(s.hidden_size, s.num_key_value_heads * s.head_dim, bias=True)
         self.o_proj = nn.Linear(s.num_attention_heads * s.head_dim, s.hidden_size, bias=False)
-
-
-class _Mlp(nn.Module):
-    def __init__(self, s: MtpSpec) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(s.intermediate_size, s.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class MtpLayer(nn.Module):
