@@ -24,11 +24,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("speedbench.modelling.plan", "recommend D per batch size and mechanism from the cost model (no model run)"),
     "microbench": ("speedbench.modelling.microbench", "GEMM / attention / verification microbenchmarks into a results folder"),
     "round": ("speedbench.modelling.rounds", "explain one draft-and-verify round: tokens, costs, speedup"),
+    "mechanisms": ("speedbench.report.mechanisms_cli", "the mechanism table of a results folder: inputs, generation "
+                   "mode, memory, draft time per D, AL per category, training cost, best speedup per batch size"),
     "schedule": ("speedbench.schedule.cli", "pick the best D per load (batch size / concurrency) from a sweep; "
                  "write vLLM's num_speculative_tokens_per_batch_size; --verify a schedule against static D"),
     "capacity": ("speedbench.capacity.cli", "the highest request rate (or concurrency) each configuration sustains "
                  "within the SLO set, baseline and speculative, from a load sweep"),
     "gate": ("speedbench.gate.cli", "compare a results folder with a baseline (AL, speedup); non-zero on regression"),
+    "history": ("speedbench.gate.history_cli", "change points across a series of gated runs (one per commit): where "
+                "speedup or AL changed, by how much; non-zero on a loss beyond the tolerance"),
     "merge": ("speedbench.results.merge", "merge results folders (e.g. one per Slurm job) into one"),
     "import": ("speedbench.interop.import_cli", "turn other tools' baseline/speculative result files (vllm bench serve, "
                "AIPerf) into a results folder"),

@@ -3,6 +3,8 @@
 A model path is one of:
 
 * ``builtin:NAME``  - a model shipped in ``speedbench/fixtures/models/NAME`` (no hub needed);
+* ``finetuned:NAME`` - a fine-tuned copy of a shipped model, built once by ``speedbench fixtures
+  finetune`` into the cache (``speedbench/fixtures/finetune.py``);
 * ``random:PRESET`` - a Llama built from a preset config with a fixed seed, with a byte-level
   tokenizer (for tests and for a first run before trained weights exist);
 * a local directory or a hub id - ``from_pretrained`` (the hub is reached only when the
@@ -52,7 +54,29 @@ def random_config(preset: str) -> dict[str, Any]:
             **RANDOM_PRESETS[preset]}
 
 
+def finetuned_dir(name: str) -> Path:
+    """The folder of a ``finetuned:NAME`` model (built by ``speedbench fixtures finetune``) in the cache."""
+    return cache_dir() / "finetuned" / name
+
+
+def finetuned_source(path: str) -> str | None:
+    """The model a ``finetuned:NAME`` model was fine-tuned from (its ``finetune.json``), None for any other path
+    or when the folder is not here."""
+    if not path.startswith("finetuned:"):
+        return None
+    try:
+        return json.loads((finetuned_dir(path.split(":", 1)[1]) / "finetune.json").read_text(encoding="utf-8"))["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def resolve_path(path: str) -> str:
+    if path.startswith("finetuned:"):
+        local = finetuned_dir(path.split(":", 1)[1])
+        if not (local / "config.json").is_file():
+            raise FileNotFoundError(f"{path!r} is not built yet (no {local}): run `speedbench fixtures finetune` "
+                                    "first (about two minutes)")
+        return str(local)
     if path.startswith("builtin:"):
         local = FIXTURES_DIR / path.split(":", 1)[1]
         if not local.is_dir():
@@ -206,3 +230,23 @@ def model_config(path: str) -> dict[str, Any] | None:
         raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
     return {**data, **text}
+
+
+def check_weights(path: str) -> None:
+    """Raise ``ValueError`` naming the file when a local model folder holds a ``*.safetensors`` file
+    that is not whole (a half-finished copy, a truncated download): the header and the extent of
+    every tensor are read (``safetensors.safe_open``), no tensor is. ``random:`` presets, hub ids
+    and folders without safetensors files pass (nothing to read without loading)."""
+    if random_preset(path) is not None:
+        return
+    local = Path(resolve_path(path)).expanduser()
+    if not local.is_dir():
+        return
+    from safetensors import safe_open
+
+    for file in sorted(local.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: the file cannot be loaded
+            raise ValueError(f"{file}: not a whole safetensors file ({exc}); copy or download it again") from exc

@@ -25,7 +25,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from ..results.load import load
     from ..results.store import atomic_write_text, strict_json
-    from .search import CapacityError, search
+    from .search import ATTAINMENT_INTERVAL, CapacityError, search
 
     given = {f"{k}_ms": getattr(args, f"{k}_ms") for k in ("ttft", "tpot", "e2e") if getattr(args, f"{k}_ms") is not None}
     try:
@@ -35,14 +35,23 @@ def main(args: argparse.Namespace) -> int:
         return 2
     slo = ", ".join(f"{k} <= {v:g}" for k, v in objectives.items())
     print(f"SLO: {slo}; attainment >= {args.attainment:.0%} of requests")
-    print(f"{'drafter':<18} {'D':>2} {'bucket':<8} {'fixed':<16} {'baseline':<28} {'speculative':<28} points")
+    print(f"{'drafter':<18} {'D':>2} {'bucket':<8} {'fixed':<16} {'baseline':<40} {'speculative':<40} points")
     for r in rows:
-        print(f"{r.drafter:<18} {r.D:>2} {r.context_bucket or '-':<8} {r.fixed or '-':<16} {r.baseline.text(r.unit):<28} "
-              f"{r.spec.text(r.unit):<28} {len(r.levels.get('spec', ()))}")
+        print(f"{r.drafter:<18} {r.D:>2} {r.context_bucket or '-':<8} {r.fixed or '-':<16} {r.baseline.text(r.unit):<40} "
+              f"{r.spec.text(r.unit):<40} {len(r.levels.get('spec', ()))}")
+    print(f"attainment per level (share of requests within every objective; {ATTAINMENT_INTERVAL}):")
+    for r in rows:
+        short = "rate" if r.axis == "request_rate" else "C"
+        print(f"  {r.drafter} D={r.D}" + (f" {r.context_bucket}" if r.context_bucket else "")
+              + (f" {r.fixed}" if r.fixed else "") + ":")
+        for lv in r.attainment_rows():
+            print(f"    {short}={lv['load']:<8g} baseline {lv.get('baseline', 'n/a'):<18} "
+                  f"(n={lv.get('n_baseline', 0)})  speculative {lv.get('spec', 'n/a'):<18} (n={lv.get('n_spec', 0)})")
     for r in rows:
         print(r.line())
     out = Path(args.out) if args.out else Path(args.results[0]) / "capacity.json"
-    body = {"slo": objectives, "attainment": args.attainment, "rows": [r.as_dict() for r in rows]}
+    body = {"slo": objectives, "attainment": args.attainment, "attainment_interval": ATTAINMENT_INTERVAL,
+            "rows": [r.as_dict() for r in rows]}
     try:
         atomic_write_text(out, strict_json(body))
     except (OSError, ValueError) as exc:

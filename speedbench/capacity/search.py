@@ -11,8 +11,12 @@ arrivals. For each configuration (drafter, D, the other load setting, context bu
 * capacity = the load at which attainment, falling with load, crosses the target (``--attainment``,
   default 0.9): linear between the last level that meets it and the first that does not; every
   level below must meet it. ``censored`` when the highest level measured still meets it (the
-  capacity is at least that level); 0 when the lowest level already misses it;
+  capacity is at least that level: "above X (censored)"); ``below`` when the lowest level already
+  misses it (the capacity is under the lowest level measured: "measure below X"), never a bare 0;
 * the interval: the same crossing read off the attainment intervals' high and low ends.
+
+Every capacity says what it rests on: the attainment per level with its Wilson interval
+(``ATTAINMENT_INTERVAL``), printed by the command, in the report and in ``capacity.json``.
 
 The search is over the measured grid (as ``vllm bench sweep serve_sla`` searches its own, which
 it does not pair): a finer grid around the crossing narrows the interval.
@@ -31,6 +35,7 @@ from ..records import RequestRecord, from_row
 from ..results.layout import RunFolder
 
 DEFAULT_ATTAINMENT = 0.9
+ATTAINMENT_INTERVAL = "Wilson score interval, 95%, n = the requests of one window"
 
 
 class CapacityError(ValueError):
@@ -55,12 +60,43 @@ class Capacity:
     low: float
     high: float
     censored: bool  # the highest level measured still met the target: capacity >= point
+    below: bool = False  # the lowest level measured already missed the target: capacity < edge
+    edge: float = math.nan  # the lowest level (below) or the highest (censored) measured
+    edge_attainment: tuple = ()  # (attainment, low, high) at that level: what the reason rests on
 
     def text(self, unit: str) -> str:
         if not math.isfinite(self.point):
-            return "n/a"
-        at_least = ">= " if self.censored else ""
-        return f"{at_least}{self.point:.3g} {unit} [{self.low:.3g}, {self.high:.3g}]"
+            return "n/a (no level measured)"
+        if self.below:
+            return f"below {self.edge:.3g} {unit}"
+        if self.censored:
+            return f"above {self.point:.3g} {unit} (censored)"
+        return f"{self.point:.3g} {unit} [{self.low:.3g}, {self.high:.3g}]"
+
+    @property
+    def why(self) -> str:
+        """``below`` / ``censored`` / "" (a crossing was measured)."""
+        return "below" if self.below else "censored" if self.censored else ""
+
+    def reason(self, unit: str) -> str:
+        """Why the capacity has no crossing ("" when it has one): the edge level's attainment and what to measure."""
+        return _why(self.why, self.edge, unit, _pct(*self.edge_attainment) if self.edge_attainment else "n/a")
+
+
+def _why(kind: str, edge: float, unit: str, attainment: str) -> str:
+    if kind == "below":
+        return (f"the lowest level already misses the SLO (attainment {attainment} at {edge:.3g} {unit}): "
+                f"measure below {edge:.3g} {unit}")
+    if kind == "censored":
+        return (f"the top level still meets the SLO (attainment {attainment} at {edge:.3g} {unit}): "
+                f"capacity above {edge:.3g} {unit} (censored); measure above {edge:.3g} {unit}")
+    return ""
+
+
+def _pct(point: float, low: float, high: float) -> str:
+    if not math.isfinite(point):
+        return "n/a"
+    return f"{point:.0%} [{low:.0%}, {high:.0%}]" if math.isfinite(low) and math.isfinite(high) else f"{point:.0%}"
 
 
 @dataclass(frozen=True)
@@ -86,13 +122,36 @@ class CapacityRow:
                  f"to {self.spec.text(word)}")
         if self.fixed:
             moved += f" at {self.fixed}"
+        base, spec = self.baseline, self.spec
+        if base.why and (base.why, base.edge) == (spec.why, spec.edge):  # one sentence for both roles
+            both = " and ".join(f"{_pct(*c.edge_attainment)} {r}" for r, c in (("baseline", base), ("speculation", spec)))
+            moved += f"; for both, {_why(base.why, base.edge, word, both)}"
+        else:
+            for role, cap in (("baseline", base), ("speculation", spec)):
+                if cap.reason(word):
+                    moved += f"; {role}: {cap.reason(word)}"
         if self.unstable_cells:
             moved += f"; {len(self.unstable_cells)} of the points behind it are unstable"
         return moved
 
+    def attainment_rows(self) -> list[dict]:
+        """Per level: the load and each role's attainment with its interval (``ATTAINMENT_INTERVAL``) and n."""
+        by_load: dict[float, dict] = {}
+        for role, levels in self.levels.items():
+            for lv in levels:
+                row = by_load.setdefault(lv.load, {"load": lv.load})
+                row[role] = _pct(lv.attainment, lv.low, lv.high)
+                row[f"n_{role}"] = lv.n_window
+        return [by_load[k] for k in sorted(by_load)]
+
     def as_dict(self) -> dict:
         out = asdict(self)
+        word = "requests/s" if self.axis == "request_rate" else "concurrent requests"
         out["line"] = self.line()
+        out["attainment_interval"] = ATTAINMENT_INTERVAL
+        for role, cap in (("baseline", self.baseline), ("spec", self.spec)):
+            out[role]["text"] = cap.text(word)
+            out[role]["reason"] = cap.reason(word)
         return out
 
 
@@ -126,7 +185,12 @@ def capacity_of(levels: list[Level], target: float) -> Capacity:
     point, censored = crossing(loads, [lv.attainment for lv in levels], target)
     low, _ = crossing(loads, [lv.low for lv in levels], target)
     high, _ = crossing(loads, [lv.high for lv in levels], target)
-    return Capacity(point, min(low, point), max(high, point), censored)
+    first = levels[0]
+    below = not censored and not (math.isfinite(first.attainment) and first.attainment >= target)
+    edge = levels[-1] if censored else first
+    return Capacity(point, min(low, point), max(high, point), censored, below,
+                    edge.load if (below or censored) else math.nan,
+                    (edge.attainment, edge.low, edge.high) if (below or censored) else ())
 
 
 def _records(root: str, cell_id: str) -> pd.DataFrame:

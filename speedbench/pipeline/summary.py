@@ -14,6 +14,9 @@ from typing import Callable
 
 import pandas as pd
 
+from ..columns import load_label
+from ..columns.labels import short
+
 WIDTH = 120  # the widest line of the default table
 WIDE_HINT = "(speedbench run --wide: every column)"
 
@@ -29,7 +32,7 @@ def _numeric(col: pd.Series) -> pd.Series:
 @dataclass(frozen=True)
 class Column:
     key: str  # the cell-table column
-    label: str
+    label: str  # columns.labels.short(key): the console's header from the one label table
     text: bool = False  # left-aligned
     wide: bool = False  # only with --wide (unless ``when`` says a cell needs it)
     when: Callable[[pd.DataFrame, str], bool] | None = None  # shown by default only when this holds
@@ -43,33 +46,34 @@ class Column:
 
 
 COLUMNS = [
-    Column("category", "category", text=True),
-    Column("context_bucket", "context", text=True,  # a sweep over context lengths (throughput splits)
+    Column("category", short("category"), text=True),
+    Column("context_bucket", short("context_bucket"), text=True,  # a sweep over context lengths (throughput splits)
            when=lambda c, k: c[k].fillna("").astype(str).nunique() > 1),
-    Column("drafter", "drafter", text=True),
-    Column("method", "method", text=True, wide=True,
+    Column("drafter", short("drafter"), text=True),
+    Column("method", short("method"), text=True, wide=True,
            when=lambda c, k: "drafter" in c.columns and bool((c[k].astype(str) != c["drafter"].astype(str)).any())),
-    Column("num_speculative_tokens", "D"),
-    Column("batch_size", "B"),
-    Column("concurrency", "C", when=_any(lambda s: _numeric(s).fillna(-1) >= 0)),  # -1: load.concurrency unset
-    Column("request_rate", "rate", when=_any(lambda s: _numeric(s).apply(math.isfinite))),  # inf: closed loop
-    Column("n_requests", "n"),
-    Column("al", "AL"),
-    Column("al_speed_bench", "AL(SPEED-Bench)", wide=True),
-    Column("degenerate_frac", "loops", wide=True, when=_any(lambda s: _numeric(s).fillna(0) > 0)),
-    Column("acceptance_rate", "acc"),
-    Column("t_draft_ms", "draft ms"),
-    Column("t_verify_ms", "verify ms"),
-    Column("tpot_ms_baseline", "TPOT base", wide=True),
-    Column("tpot_ms_spec", "TPOT spec", wide=True),
-    Column("speedup", "speedup"),
-    Column("speedup_interval", "95% CI"),
-    Column("speedup_cv", "cv", wide=True),
-    Column("n_repeats", "reps"),
-    Column("speedup_predicted", "predicted"),
-    Column("stable", "stable", text=True),
-    Column("greedy_match_rate", "match", wide=True, when=_any(lambda s: _numeric(s).fillna(1) < 1)),
-    Column("status", "status", text=True),
+    Column("num_speculative_tokens", short("num_speculative_tokens")),
+    Column("batch_size", short("batch_size")),
+    # -1: load.concurrency unset; inf: closed loop
+    Column("concurrency", short("concurrency"), when=_any(lambda s: _numeric(s).fillna(-1) >= 0)),
+    Column("request_rate", short("request_rate"), when=_any(lambda s: _numeric(s).apply(math.isfinite))),
+    Column("n_requests", short("n_requests")),
+    Column("al", short("al")),
+    Column("al_speed_bench", short("al_speed_bench"), wide=True),
+    Column("degenerate_frac", short("degenerate_frac"), wide=True, when=_any(lambda s: _numeric(s).fillna(0) > 0)),
+    Column("acceptance_rate", short("acceptance_rate")),
+    Column("t_draft_ms", short("t_draft_ms")),
+    Column("t_verify_ms", short("t_verify_ms")),
+    Column("tpot_ms_baseline", short("tpot_ms_baseline"), wide=True),
+    Column("tpot_ms_spec", short("tpot_ms_spec"), wide=True),
+    Column("speedup", short("speedup")),
+    Column("speedup_interval", short("speedup_interval")),
+    Column("speedup_cv", short("speedup_cv"), wide=True),
+    Column("n_repeats", short("n_repeats")),
+    Column("speedup_predicted", short("speedup_predicted")),
+    Column("stable", short("stable"), text=True),
+    Column("greedy_match_rate", short("greedy_match_rate"), wide=True, when=_any(lambda s: _numeric(s).fillna(1) < 1)),
+    Column("status", short("status"), text=True),
 ]
 # dropped in this order (and named under the table) when a default table is still wider than WIDTH
 FIT_ORDER = ["method", "predicted", "reps", "draft ms", "verify ms", "acc", "loops", "rate"]
@@ -153,6 +157,9 @@ def _display_values(cells: pd.DataFrame) -> pd.DataFrame:
         cells = cells.assign(num_speculative_tokens=[
             f"{d} (schedule)" if isinstance(sc, str) and sc else d
             for d, sc in zip(cells["num_speculative_tokens"], cells["schedule"])])
+    if "batch_size" in cells.columns:  # a load point sets its own requests in flight (C or the rate): B is not it
+        point = [bool(load_label(r)) for _, r in cells.iterrows()]
+        cells = cells.assign(batch_size=["-" if p else b for p, b in zip(point, cells["batch_size"])])
     if "concurrency" in cells.columns:
         cells = cells.assign(concurrency=[c if _numeric(pd.Series([c])).iloc[0] >= 0 else "-" for c in cells["concurrency"]])
     if "request_rate" in cells.columns:

@@ -41,7 +41,7 @@ def shares(ctx: ModelContext, shape, batches: list[int], ctx_table: pd.DataFrame
     for _, c in ctx_table.iterrows():
         context = c["context_tokens"]
         for b in batches:
-            row = {"context bucket": c["context_bucket"] or "(all)", "context tokens": context, "B": b}
+            row = {"context bucket": c["context_bucket"] or "", "context tokens": context, "B": b}
             if finite(context):
                 v0 = cm.verify_cost(shape, ctx.hw, b, 0, float(context))
                 row["attention share, D=0"] = v0.attention_share

@@ -66,7 +66,8 @@ class Section:
         self.blocks.append(Text(s))
 
     def table(self, frame: pd.DataFrame, caption: str = "", kinds: dict[str, str] | None = None) -> None:
-        self.blocks.append(Table(frame, caption, dict(kinds or {})))
+        """A table as rendered: a load column no row sets (``load_point_column``) is left out."""
+        self.blocks.append(Table(load_point_column(frame), caption, dict(kinds or {})))
 
     def figure(self, fig: Figure | None) -> None:
         if fig is not None:
@@ -97,6 +98,52 @@ def load_cols(cells: pd.DataFrame) -> list[str]:
     return list(LOAD_COLUMNS) if bool((conc > 0).any() or rate.map(math.isfinite).any()) else []
 
 
+def point_text(setup: list[str], key: tuple) -> str:
+    """Where a configuration ran, for a sentence or a title: its setup columns as ``name=value``, then its load
+    point (``C=4``, ``rate=2/s``: ``columns.load_label``) where it has one, else ``B = <batch size>``. A load point
+    sets its own requests in flight, so it is never named by B (``key`` = the values of ``setup`` + [B])."""
+    from ..columns import load_label
+
+    values = dict(zip(setup, key))
+    load = load_label({c: pd.to_numeric(values.get(c), errors="coerce") for c in LOAD_COLUMNS if c in values}
+                      | {c: float(values[c]) for c in LOAD_COLUMNS if finite(values.get(c))}).strip()
+    rest = [f"{c}={v}" for c, v in values.items() if c not in LOAD_COLUMNS]
+    return ", ".join(rest + [load.replace(" ", ", ") if load else f"B = {int(key[-1])}"])
+
+
+def baseline_spread(cells: pd.DataFrame, by: list[str] | None = None) -> str:
+    """Whether absolute throughputs of ``cells`` are comparable: "" when every group of ``by`` (all cells when
+    none) has baseline TPOTs within the noise, else a sentence naming the widest range. The noise: twice the
+    cells' median ``speedup_noise`` (the relative half-width with the prompts fixed; the protocol's 2% target
+    where none is recorded): baseline TPOTs further apart than that are different machine states, not the
+    configurations' doing."""
+    if cells.empty or "tpot_ms_baseline" not in cells:
+        return ""
+    noise = pd.to_numeric(cells.get("speedup_noise", pd.Series(dtype=float)), errors="coerce").dropna()
+    limit = 2 * (float(noise.median()) if len(noise) else 0.02)
+    worst = None
+    groups = cells.groupby(by, dropna=False) if by else [((), cells)]
+    for key, grp in groups:
+        tpot = pd.to_numeric(grp["tpot_ms_baseline"], errors="coerce").dropna()
+        tpot = tpot[tpot > 0]
+        if len(tpot) < 2:
+            continue
+        rel = float(tpot.max() / tpot.min() - 1)
+        if rel > limit and (worst is None or rel > worst[0]):
+            worst = (rel, float(tpot.min()), float(tpot.max()), key)
+    if worst is None:
+        return ""
+    rel, lo, hi, key = worst
+    key = key if isinstance(key, tuple) else (key,)
+    from ..columns.labels import LABELS
+
+    named = [f"{LABELS[c].text if c in LABELS else c}={v}" for c, v in zip(by or (), key)
+             if str(v) not in ("", "nan", "inf", "-1")]
+    where = " at " + ", ".join(named) if named else ""
+    return (f"baseline TPOT ranged {lo:.3g}-{hi:.3g} ms across cells{where} ({rel:+.0%}, more than the noise "
+            f"{limit:.0%}): absolute throughputs are not comparable across these cells")
+
+
 def spec_cells(ok: pd.DataFrame) -> pd.DataFrame:
     """Cells with speculation (D >= 1): a ``none`` drafter cell is a baseline, not a mechanism."""
     return ok[(ok[D] > 0) & ~ok["method"].map(is_baseline)] if not ok.empty else ok
@@ -122,7 +169,9 @@ def config_speedups(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> 
     derived ``all`` rows (``overall``, one per context bucket) when there is one for each of its context
     buckets, else its cells. One row: its speedup, interval and AL as they are. Several: the geometric
     mean of their speedups with ``metrics.geomean_interval``, the mean AL. ``stable`` counts the stable
-    rows among them; ``unstable`` is ``evidence.unstable_note`` of them."""
+    *cells* of the configuration (never its derived rows: a configuration of 3 cells read from its one ``all``
+    row is "n of 3 cells", not "1 of 1"); ``unstable`` is ``evidence.unstable_note`` of those cells, or names the
+    pooled row when it alone is unstable (``_stability``)."""
     keys = setup_cols(spec) + [MECH, "method", D, B]
     derived = _by_key(overall, keys) if overall is not None and not overall.empty else {}
     rows = []
@@ -134,9 +183,19 @@ def config_speedups(spec: pd.DataFrame, overall: pd.DataFrame | None = None) -> 
             src, source = mine, SOURCE_ALL
         else:
             src, source = grp, SOURCE_CELL if len(grp) == 1 else SOURCE_GEO
-        rows.append({**dict(zip(keys, key)), **_values(src), "source": source})
+        rows.append({**dict(zip(keys, key)), **_values(src), **_stability(grp, src, source), "source": source})
     return pd.DataFrame(rows, columns=keys + ["speedup", "speedup_low", "speedup_high", "noise_low", "noise_high",
                                               "stable", "unstable", "al", "al_speed_bench", "rows", "source"])
+
+
+def _stability(cells: pd.DataFrame, src: pd.DataFrame, source: str) -> dict:
+    """``stable`` (stable cells / cells) and ``unstable`` (the caveat) of a configuration, counted over its cells."""
+    records = [r for _, r in cells.iterrows()]
+    stable = sum(1 for r in records if evidence.is_stable(r))
+    note = evidence.unstable_note(records)
+    if not note and source == SOURCE_ALL and not all(evidence.is_stable(r) for _, r in src.iterrows()):
+        note = f"unstable: the pooled all row (0 of {len(records)} cells)"
+    return {"stable": f"{stable}/{len(records)}", "unstable": note}
 
 
 def _norm(key: tuple) -> tuple:
@@ -155,7 +214,7 @@ def _col(grp: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _values(src: pd.DataFrame) -> dict:
-    """Speedup, intervals, AL and stability of the rows a configuration is read from."""
+    """Speedup, intervals and AL of the rows a configuration is read from (its stability: ``_stability``)."""
     s, lo, hi, noise = (_col(src, c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_noise"))
     if len(src) == 1:
         point, low, high = float(s.iloc[0]), float(lo.iloc[0]), float(hi.iloc[0])
@@ -166,10 +225,7 @@ def _values(src: pd.DataFrame) -> dict:
             point = metrics.geomean(list(s))
         # the same prompts under every configuration: compare configurations on measurement noise alone
         _, n_low, n_high = metrics.geomean_interval(list(s), list(s * (1 - noise)), list(s * (1 + noise)))
-    records = [r for _, r in src.iterrows()]
-    stable = sum(1 for r in records if evidence.is_stable(r))
     return {"speedup": point, "speedup_low": low, "speedup_high": high, "noise_low": n_low, "noise_high": n_high,
-            "stable": f"{stable}/{len(src)}", "unstable": evidence.unstable_note(records),
             "al": float(_col(src, "al").mean()), "al_speed_bench": float(_col(src, "al_speed_bench").mean()),
             "rows": len(src)}
 
@@ -209,25 +265,58 @@ def finite(x: Any) -> bool:
 
 
 def fmt(v: Any) -> str:
-    """One cell of a rendered table: NaN/None -> n/a, floats to 3 significant digits."""
+    """One cell of a rendered table: NaN/None -> the empty-cell marker (``columns.labels.EMPTY``), floats to 3
+    significant digits."""
+    from ..columns.labels import EMPTY
+
     if v is None:
-        return "n/a"
+        return EMPTY
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
         if math.isnan(v):
-            return "n/a"
+            return EMPTY
         if v != 0 and (abs(v) >= 1000 or abs(v) < 0.001):
             return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
         return f"{v:.3g}"
     if isinstance(v, (list, tuple)):
-        return ", ".join(fmt(x) for x in v) if v else "n/a"
+        return ", ".join(fmt(x) for x in v) if v else EMPTY
     try:
         if pd.isna(v):
-            return "n/a"
+            return EMPTY
     except (TypeError, ValueError):
         pass
     return str(v)
+
+
+def interval_text(lo: Any, hi: Any) -> str:
+    """``[low, high]`` to 3 significant digits, or the empty-cell marker when either end is not measured."""
+    from ..columns.labels import EMPTY
+
+    return f"[{float(lo):.3g}, {float(hi):.3g}]" if finite(lo) and finite(hi) else EMPTY
+
+
+def with_intervals(frame: pd.DataFrame, points: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with each ``<point>_ci_low`` / ``<point>_ci_high`` pair joined into one ``<point>_interval``
+    text column right after ``<point>`` (a table shows an interval as one cell, not two raw columns)."""
+    out = frame.copy()
+    for p in points:
+        lo, hi = f"{p}_ci_low", f"{p}_ci_high"
+        if lo not in out or hi not in out:
+            continue
+        out.insert(list(out.columns).index(lo), f"{p}_interval", [interval_text(a, b) for a, b in zip(out[lo], out[hi])])
+        out = out.drop(columns=[lo, hi])
+    return out
+
+
+def load_point_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``concurrency`` and ``request_rate`` columns where any row sets them (a context or load
+    table never shows identical-looking rows of different load points); a column no row sets is dropped."""
+    conc = pd.to_numeric(frame.get("concurrency", pd.Series(-1, index=frame.index)), errors="coerce").fillna(-1)
+    rate = pd.to_numeric(frame.get("request_rate", pd.Series(math.inf, index=frame.index)), errors="coerce")
+    unset = [c for c, none in (("concurrency", bool((conc < 1).all())),
+                               ("request_rate", not rate.map(math.isfinite).any())) if c in frame and none]
+    return frame.drop(columns=unset)
 
 
 def mech_label(row: Any) -> str:

@@ -19,7 +19,7 @@ from ..drafters.registry import is_baseline
 from ..schedule.by_context import build as build_by_context, context_rows
 from ..schedule.pick import ScheduleError, speculative_drafters, measurement_rows
 from . import plots
-from .common import MEASURED, Section
+from .common import MEASURED, Section, point_text
 
 TIERS = ("low_entropy", "mixed", "high_entropy")
 
@@ -38,7 +38,7 @@ def bucket_frame(cells: pd.DataFrame) -> pd.DataFrame:
             continue
         for b in extra["by_context"]:
             rows.append({"drafter": cell["drafter"], "D": int(cell["num_speculative_tokens"]),
-                         "B": int(cell["batch_size"]), "dataset": cell.get("dataset", ""),
+                         "B": int(cell["batch_size"]), **_load_point(cell), "dataset": cell.get("dataset", ""),
                          "category": cell.get("category", ""), "schedule": cell.get("schedule") or "",
                          "context": int(b["bucket"]), "steps": b.get("steps"), "AL": _f(b.get("al")),
                          "draft ms": _f(b.get("t_draft_ms")), "verify ms": _f(b.get("t_verify_ms")),
@@ -56,17 +56,33 @@ def _f(v) -> float:
     return math.nan if v is None else float(v)
 
 
+def _load_point(cell) -> dict:
+    """The cell's load point (``concurrency``, ``request_rate``; unset: -1, inf): every row carries it, so rows of
+    different load points never look identical (``Section.table`` leaves out a column no row sets)."""
+    conc = pd.to_numeric(cell.get("concurrency", -1), errors="coerce")
+    rate = pd.to_numeric(cell.get("request_rate", math.inf), errors="coerce")
+    return {"concurrency": int(conc) if math.isfinite(conc) else -1,
+            "request_rate": float(rate) if not math.isnan(rate) else math.inf}
+
+
+def _point(part: pd.DataFrame, b) -> str:
+    """A curve group's title: its load point (``C=4``, ``rate=2/s``) where it has one, else ``B=<b>``."""
+    row = part.iloc[0]
+    return point_text(["concurrency", "request_rate"], (row["concurrency"], row["request_rate"], b)).replace(" = ", "=")
+
+
 def _curves(sec: Section, frame: pd.DataFrame, out: Path) -> None:
-    for b, part in frame[frame["schedule"] == ""].groupby("B"):
+    for (b, _, _), part in frame[frame["schedule"] == ""].groupby(["B", "concurrency", "request_rate"]):
+        where = _point(part, b)
         many = part["dataset"].nunique() > 1  # random and real prompts (or several splits): a curve each
         series = [plots.Series(f"{name} D={d}" + (f" {ds}" if many else ""), list(g["context"]), list(g["speedup"]),
                                "-o", color=f"C{i % 10}", low=list(g["low"]), high=list(g["high"]))
                   for i, ((name, d, ds), g) in enumerate(part.sort_values("context").groupby(["drafter", "D", "dataset"]))]
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"B{b}")
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"B{b}" if where.startswith("B=") else where)
         sec.figure(plots.lines(out / f"context_speedup_{safe}.png", series, plots.Axes(
             "live context (bucket lower edge, tokens)", "speedup (measured, per bucket)",
-            f"B={b}: speedup against live context, per drafter and D", logx=True, hlines=[(1.0, "no speculation")]),
-            f"B={b}: speedup vs live context (bars: each bucket's bootstrap interval)"))
+            f"{where}: speedup against live context, per drafter and D", logx=True, hlines=[(1.0, "no speculation")]),
+            f"{where}: speedup vs live context (bars: each bucket's bootstrap interval)"))
 
 
 def _best_d(sec: Section, data) -> None:
@@ -79,8 +95,8 @@ def _best_d(sec: Section, data) -> None:
             sec.text(f"**{name}**: no best D per context bucket ({exc}).")
             continue
         table = pd.DataFrame([{sched.base.load_column: c.load, "context": int(c.context_bucket),
-                               "best D": c.D if c.decided else "n/a", "speedup": c.speedup,
-                               "interval": _iv(*c.ci), "evidence": c.evidence} for c in sched.base.table])
+                               "best D": c.k_label, "speedup": c.shown[0], "of D": c.shown[2],
+                               "interval": _iv(*c.shown[1]), "evidence": c.evidence} for c in sched.base.table])
         table = table.sort_values([sched.base.load_column, "context"])
         sec.table(table, f"{name}: the best D per load and live-context bucket (the rules of `speedbench schedule "
                          "RESULTS --by context`: the smallest D whose interval overlaps the best's among those "
@@ -114,8 +130,8 @@ def _contrast(sec: Section, frame: pd.DataFrame) -> None:
     if kinds["prompts"].nunique() < 2:
         sec.text("Random against real prompts, entropy tiers: one kind of prompt in these results (n/a).")
         return
-    pivot = kinds.pivot_table(index=["drafter", "D", "B", "context"], columns="prompts", values=["AL", "speedup"],
-                              aggfunc="mean")
+    pivot = kinds.pivot_table(index=["drafter", "D", "B", "concurrency", "request_rate", "context"], columns="prompts",
+                              values=["AL", "speedup"], aggfunc="mean")
     pivot.columns = [f"{v} {k}" for v, k in pivot.columns]
     sec.table(pivot.reset_index(), "AL and speedup per live-context bucket by kind of prompt (random token ids, "
                                    "the entropy tiers, other real prompts): the gap is what real text buys at "
@@ -129,10 +145,11 @@ def _turns(sec: Section, cells: pd.DataFrame) -> None:
         extra = cell.get("extra") if isinstance(cell.get("extra"), dict) else {}
         for t in extra.get("by_turn") or ():
             rows.append({"drafter": cell["drafter"], "D": int(cell["num_speculative_tokens"]), "B": int(cell["batch_size"]),
-                         "turn": t["turn"], "n": t["n"], "context tokens": round(t["context_tokens"]), "AL": _f(t["al"]),
+                         **_load_point(cell), "turn": t["turn"], "n": t["n"],
+                         "context tokens": round(t["context_tokens"]), "AL": _f(t["al"]),
                          "speedup": _f(t["speedup"]), "interval": _iv(_f(t["speedup_ci_low"]), _f(t["speedup_ci_high"]))})
     if rows:
-        table = pd.DataFrame(rows).sort_values(["drafter", "D", "B", "turn"])
+        table = pd.DataFrame(rows).sort_values(["drafter", "D", "B", "concurrency", "request_rate", "turn"])
         sec.table(table, "Agentic trajectories: AL and speedup per turn (the cut before assistant turn k) with the "
                          "context at that turn; speedup = geometric mean of paired TPOT ratios, interval = percentile "
                          "bootstrap over the turn's requests.", {"AL": MEASURED, "speedup": MEASURED})
@@ -151,8 +168,8 @@ def build(data, out: Path) -> Section:
              "lower edge in tokens, `acceptance.context_edges`). Per bucket: AL, mean draft / verify / step ms, and "
              "the speedup of that bucket's steps over the baseline's steps in the same bucket (ms per token) with a "
              "percentile bootstrap interval over target iterations. A step-level speedup: prefill is not in it.")
-    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(["drafter", "D", "B", "context", "dataset",
-                                                                        "category"])  # context: tokens, in size order
+    order = ["drafter", "D", "B", "concurrency", "request_rate", "context", "dataset", "category"]  # context: size order
+    show = frame.drop(columns=["low", "high", "schedule"]).sort_values(order)
     sec.table(show, "Acceptance and cost by live context.", {c: MEASURED for c in
                                                              ("AL", "draft ms", "verify ms", "step ms", "speedup")})
     sec.values["by_context"] = show.to_dict("records")

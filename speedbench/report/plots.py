@@ -45,6 +45,7 @@ class Axes:
     integer_x: bool = False  # draft lengths and positions: integer ticks only
     hlines: list[tuple[float, str]] = field(default_factory=list)
     vlines: list[tuple[float, str]] = field(default_factory=list)
+    note: str = ""  # written on the figure under the axes (what the reader must know to read it)
 
 
 def _plt():
@@ -97,6 +98,11 @@ def _finish(plt, fig, ax, axes: Axes, path: Path, caption: str) -> Figure:
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
+    if axes.note:
+        import textwrap
+
+        ax.annotate("\n".join(textwrap.wrap(axes.note, 95)), (0, 0), xycoords="axes fraction", xytext=(0, -34),
+                    textcoords="offset points", va="top", ha="left", fontsize=6.5, color="#a00")
     handles, labels = ax.get_legend_handles_labels()
     if len(handles) > LEGEND_INSIDE:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)

@@ -5,12 +5,26 @@ import base64
 import html
 import re
 
+from ..columns import labels
 from .common import Figure, Section, Table, Text, fmt
 
 
 def header(col: str, kinds: dict[str, str]) -> str:
+    """A table header: the column's human label (``columns.labels``: never a raw column name) and its kind."""
     kind = kinds.get(col)
-    return f"{col} ({kind})" if kind else str(col)
+    text = labels.header(col)
+    return f"{text} ({kind})" if kind else text
+
+
+def cell_text(col: str, v) -> str:
+    """One rendered cell: a context bucket in the one bucket spelling, an unset load setting as the empty-cell
+    marker, everything else by ``fmt`` (whose gap is the same marker)."""
+    name = labels.header(col)
+    if name in labels.BUCKET_HEADERS:
+        return labels.bucket_label(v)
+    if labels.unset(name, v):
+        return labels.EMPTY
+    return fmt(v)
 
 
 def text_columns(frame) -> set:
@@ -28,7 +42,8 @@ def md_table(t: Table) -> str:
     align = "|" + "".join(":---|" if c in text else "---:|" for c in frame.columns)
     lines = ["| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |", align]
     for row in frame.itertuples(index=False):
-        lines.append("| " + " | ".join(fmt(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+        lines.append("| " + " | ".join(cell_text(c, v).replace("|", "\\|").replace("\n", " ")
+                                       for c, v in zip(frame.columns, row)) + " |")
     out = "\n".join(lines)
     return f"{out}\n\n_{t.caption}_" if t.caption else out
 
@@ -92,9 +107,9 @@ def html_table(t: Table) -> str:
     body = []
     for row in t.frame.itertuples(index=False):
         cells = []
-        for v, w in zip(row, is_text):
-            text = fmt(v)
-            names = (["na"] if text == "n/a" else []) + (["text"] if w else [])
+        for c, v, w in zip(t.frame.columns, row, is_text):
+            text = cell_text(c, v)
+            names = (["na"] if text == labels.EMPTY else []) + (["text"] if w else [])
             cls = f' class="{" ".join(names)}"' if names else ""
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -115,7 +130,8 @@ body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0
 div.table{max-width:100%;overflow-x:auto;margin:.6em 0 1.2em}
 table{border-collapse:collapse;font-size:.85em}
 div.wide table{font-size:.72em} div.wide th,div.wide td{padding:.2em .3em} div.wide td{white-space:nowrap}
-div.wide th{overflow-wrap:anywhere;min-width:3.5em}
+div.wide th{min-width:3.5em}
+th{overflow-wrap:normal;word-break:normal;hyphens:none}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
 th{background:#f3f3f3} td.na{color:#999;font-style:italic} td.text,th.text{text-align:left}
 caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left;padding-top:.3em}

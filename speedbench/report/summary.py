@@ -85,7 +85,7 @@ def build(data: ReportData) -> Section:
     sec.table(
         show.rename(columns={MECH: "mechanism", D: "D", B: "B", "al": "AL", "al_speed_bench": "SPEED-Bench AL",
                              "speedup": "speedup (geo. mean)",
-                             "interval": "95% interval", "stable": "stable rows", "source": "from",
+                             "interval": "95% interval", "stable": "stable cells", "source": "from",
                              "speedup_predicted": "predicted speedup", "pred_over_meas": "predicted / measured",
                              "greedy_match": "greedy match", "greedy_match_rate": "greedy match"}),
         "Per configuration (over categories and context buckets).",
@@ -98,8 +98,9 @@ def build(data: ReportData) -> Section:
     sec.text("### What to pick\n\nBest configuration per batch size (and load point) by **measured** speedup (the "
              "configuration's value above: its `all` row where it has one), with the caveats that apply; a pick on "
              "unstable cells says so, and one without a measured, finite interval is *no verdict*. When the runner-up's interval overlaps the best one's, the "
-             "pick is a **tie** and names both. A pick of `none` means no measured configuration beat plain decoding "
-             "with confidence.")
+             "pick is a **tie** and names both; when the best one's interval includes 1 it is a tie with plain decoding. A "
+             "pick of `none` means every measured configuration was slower than plain decoding (interval below 1). "
+             "Unstable counts count cells.")
     sec.table(picks, "", {"speedup": MEASURED, "interval": MEASURED, "AL": MEASURED, "predicted": DERIVED})
     spec = spec.assign(interval=[interval(lo, hi) for lo, hi in zip(
         spec.get("speedup_ci_low", spec["speedup"] * math.nan), spec.get("speedup_ci_high", spec["speedup"] * math.nan))])
@@ -111,8 +112,7 @@ def build(data: ReportData) -> Section:
         "context_bucket": "context bucket", MECH: "mechanism", D: "D", B: "B", "n_requests": "n", "al": "AL",
         "interval": "95% interval", "n_repeats": "repeats", "al_speed_bench": "SPEED-Bench AL",
         "degenerate_frac": "degenerate",
-        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}).replace(
-        {"context bucket": {"": "(none)"}}), "",
+        "speedup_predicted": "predicted speedup", "greedy_match_rate": "greedy match"}), "",
         {"AL": MEASURED, "SPEED-Bench AL": MEASURED, "speedup": MEASURED, "predicted speedup": DERIVED,
          "greedy match": MEASURED})
     _unstable(sec, spec)
@@ -149,7 +149,8 @@ def recommend(spec: pd.DataFrame, conf: pd.DataFrame, synthetic: bool) -> pd.Dat
         if measured is None:
             pick = f"no verdict ({r[MECH]} D={int(r[D])}: {evidence.NO_INTERVAL})"
         elif not beats_plain:
-            pick = "none (plain decoding)" if not r["speedup"] > 1 else f"none with confidence ({r[MECH]} D={int(r[D])}: interval includes 1)"
+            pick = ("none (plain decoding)" if not measured[1] >= 1 else
+                    f"tie: {r[MECH]} D={int(r[D])} ~ plain decoding (its interval includes 1)")
         elif ties:
             pick = f"tie: {r[MECH]} D={int(r[D])} ~ " + ", ".join(f"{a[MECH]} D={int(a[D])}" for a in ties[:3])
         else:

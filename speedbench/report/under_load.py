@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import plots
-from .common import D, MEASURED, MECH, Section, device_unit, finite, spec_cells
+from .common import D, MEASURED, MECH, Section, baseline_spread, device_unit, finite, spec_cells, with_intervals
 from ..results.load import ReportData
 
 RANDOM = "random"
@@ -116,10 +116,10 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
             "itl_token_ms_p99_spec", "burst_frac", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "concurrency"])
     sec.values["points"] = table.to_dict("records")
-    sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
+    sec.table(with_intervals(table, ("speedup", "speedup_throughput")).rename(columns={"speedup": "TPOT speedup"}),
               "Closed-loop points: speedup of TPOT and of throughput against the matched baseline at the same "
-              "concurrency, with intervals.",
-              {"al": MEASURED, "speedup (TPOT)": MEASURED, "speedup_throughput": MEASURED})
+              "concurrency, with their 95% intervals.",
+              {"al": MEASURED, "TPOT speedup": MEASURED, "speedup_throughput": MEASURED})
     _verdict_lines(sec, frame, "concurrency", "stops_paying")
     _client_note(sec, frame)
     series = []
@@ -131,21 +131,26 @@ def _closed(sec: Section, closed: pd.DataFrame, out: Path) -> None:
         hlines=[(1.0, "")]), "Speedup of TPOT vs concurrency per drafter (1 = no gain; bars: each point's 95% interval)."))
     groups, rows = {}, []
     marks = "o^sDvP*X"
-    base = frame.drop_duplicates(["dataset", "concurrency"])
     per_gpu = frame.get("n_gpus", pd.Series(1, index=frame.index)).fillna(1).astype(float).clip(lower=1)  # a CPU: one device
     unit = device_unit(frame)
-    groups["baseline"] = (list(base["tokens_per_s_user_baseline"]),
-                          list(base["output_tok_s_baseline"] / per_gpu.loc[base.index]), "x",
-                          [f"C{c}" for c in base["concurrency"]])
+    # every cell's own baseline (the one its speedups are paired with), never one cell's standing in for all
+    groups["baseline (each cell's own)"] = (list(frame["tokens_per_s_user_baseline"]),
+                                            list(frame["output_tok_s_baseline"] / per_gpu), "x",
+                                            [f"C{c}" for c in frame["concurrency"]])
     for i, (mech, grp) in enumerate(frame.groupby(MECH)):
         groups[mech] = (list(grp["tokens_per_s_user_spec"]), list(grp["output_tok_s_spec"] / per_gpu.loc[grp.index]),
                         marks[i % len(marks)], [f"D{d}/C{c}" for d, c in zip(grp[D], grp["concurrency"])])
     for label, (xs, ys, *_) in groups.items():
         rows += [{"series": label, "tok/s per user": x, "tok/s per GPU": y} for x, y in zip(xs, ys)]  # a stable key (per device on a CPU)
     sec.values["pareto"] = rows
+    spread = baseline_spread(frame, ["concurrency"])  # at one concurrency the baselines should agree
+    sec.values["pareto_baseline_spread"] = spread
+    note = (spread[0].upper() + spread[1:] + ": compare each point with its own baseline (the paired speedups in the "
+            "table), not with the other series." if spread else "")
     sec.figure(plots.pareto(out / "load_pareto.png", groups, plots.Axes(
-        "output tokens/s per user", f"output tokens/s per {unit}", f"Per-user vs per-{unit} throughput"),
-        "Each point is one concurrency (labelled D/C); the line is each series' frontier (both higher is better)."))
+        "output tokens/s per user", f"output tokens/s per {unit}", f"Per-user vs per-{unit} throughput", note=note),
+        "Each point is one concurrency (labelled D/C), each baseline the one its cell was paired with; the line is "
+        "each series' frontier (both higher is better)." + (f" {note}" if note else "")))
 
 
 def _random_line(sec: Section, closed: pd.DataFrame) -> None:
@@ -173,10 +178,11 @@ def _open(sec: Section, opened: pd.DataFrame) -> None:
             "speedup_goodput_ci_low", "speedup_goodput_ci_high", "client_bound", "verdict", "stable"]
     table = frame[[c for c in cols if c in frame]].sort_values(["dataset", MECH, D, "request_rate"])
     sec.values["goodput"] = table.to_dict("records")
-    sec.table(table.rename(columns={MECH: "drafter", D: "D", "speedup": "speedup (TPOT)"}),
-              "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate.",
+    sec.table(with_intervals(table, ("speedup", "speedup_goodput")).rename(columns={"speedup": "TPOT speedup"}),
+              "Open-loop points: speedup of TPOT and goodput (requests/s meeting every SLO set) vs request rate, "
+              "with their 95% intervals.",
               {"goodput_baseline": MEASURED, "goodput_spec": MEASURED, "speedup_goodput": MEASURED,
-               "speedup (TPOT)": MEASURED})
+               "TPOT speedup": MEASURED})
     _verdict_lines(sec, frame, "request_rate", "stops_paying_open")
     _client_note(sec, frame)
 
@@ -200,8 +206,9 @@ def _by_live_batch(sec: Section, frame: pd.DataFrame) -> None:
 
 
 def _capacity(sec: Section, data: ReportData) -> None:
-    """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``)."""
-    from ..capacity.search import CapacityError, search
+    """The SLA capacity lines (``capacity.search``: the same rows as ``speedbench capacity``) and the
+    attainment per level behind each, with its interval (``capacity.search.ATTAINMENT_INTERVAL``)."""
+    from ..capacity.search import ATTAINMENT_INTERVAL, CapacityError, search
 
     try:
         objectives, rows = search(data)
@@ -214,6 +221,19 @@ def _capacity(sec: Section, data: ReportData) -> None:
              "target):\n\n" + "\n".join(f"- {r.line()}; from the points at {r.axis} = "
                                         f"{', '.join(f'{lv.load:g}' for lv in r.levels.get('spec', ()))}."
                                         for r in rows))
+    table = []
+    for r in rows:
+        for lv in r.attainment_rows():
+            table.append({"drafter": r.drafter, "D": r.D, "context bucket": r.context_bucket, "fixed": r.fixed,
+                          r.axis: lv["load"], "attainment_baseline": lv.get("baseline", math.nan),
+                          "n_baseline": lv.get("n_baseline", math.nan), "attainment_spec": lv.get("spec", math.nan),
+                          "n_spec": lv.get("n_spec", math.nan)})
+    if table:
+        frame = pd.DataFrame(table)
+        frame = frame.drop(columns=[c for c in ("context bucket", "fixed") if not frame[c].astype(bool).any()])
+        sec.values["capacity_levels"] = frame.to_dict("records")
+        sec.table(frame, f"Attainment per level (share of requests within every objective) behind each capacity, "
+                         f"with its {ATTAINMENT_INTERVAL}.", {"attainment_baseline": MEASURED, "attainment_spec": MEASURED})
 
 
 def build(data: ReportData, out: Path) -> Section:

@@ -3,6 +3,7 @@ against the reference (the baseline's commit, re-measured on this machine), the 
 second pair confirms it, and the script exits 1 with every gated run kept next to its verdict."""
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,8 +25,12 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     # 1 ms more per draft phase: at least a third of the speedup on any CPU this runs on (a step is ~1-4 ms);
     # a loss that size needs 2 paired repeats, not 6, in every run, the reference's too (GATE_CI_OVERRIDES;
     # neither the protocol nor the fault is in the cell id, so the AL gate still finds the baseline's cells)
+    # GATE_CI_HISTORY: the gated run is appended to a kept history (here the committed real series) and
+    # the history is read across it (docs/ci-gate.md, "Keeping the history in CI")
+    history = tmp_path / "history"
+    shutil.copytree(ROOT / "tests" / "data" / "history" / "flat", history)
     env = dict(os.environ, GATE_CI_OVERRIDES="protocol.min_repeats=2 protocol.max_repeats=2",
-               GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1")
+               GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1", GATE_CI_HISTORY=str(history))
     res = subprocess.run(["bash", str(ROOT / "scripts" / "gate-ci.sh"), str(out)], capture_output=True, text=True,
                          timeout=900, env=env)
     shown = res.stdout[-4000:] + res.stderr[-3000:]
@@ -46,3 +51,8 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     assert Path(first["baseline"]).resolve() == (out / "reference" / "ci-default").resolve()
     assert Path(first["current"]).resolve() == (out / "run" / "ci-default").resolve()
     assert (out / "gate-junit.xml").is_file()
+    (entry,) = [p for p in history.iterdir() if not p.name.startswith("run-")]  # appended: <UTC time>-<commit>
+    assert (entry / "provenance.json").is_file() and len(list((entry / "cells").glob("*.json"))) == len(cells)
+    runs = json.loads((out / "history.json").read_text())["runs"]
+    assert len(runs) == 11 and Path(runs[-1]["path"]).name == entry.name  # the newest run, last
+    assert "appended this run to the history" in res.stdout, shown

@@ -4,7 +4,7 @@ Layers, top first (a module may import its own layer and the ones listed after `
 
     edge       cli, run/, launchers/, hydra_plugins.speedbench_launchers  -> everything (the only Hydra code)
     tools      fixtures/, modelling.microbench             -> backends, drafters, engine, base (they run kernels, not cells)
-    pipeline   pipeline/                                   -> backends, drafters, engine, base
+    pipeline   pipeline/, interop/                         -> backends, drafters, engine, base
     readers    report/, gate/, loggers/, schedule/, modelling/  -> base (they read the results store only)
     backends   backends/                                   -> drafters, engine, base
     drafters   drafters/                                   -> engine, base
@@ -43,6 +43,7 @@ BY_PACKAGE = {
     "cli": EDGE, "run": EDGE, "launchers": EDGE,
     "fixtures": TOOLS,
     "pipeline": PIPELINE,
+    "interop": PIPELINE,  # other tools' result files become cells through the pipeline's cell assembly
     "report": READERS, "gate": READERS, "loggers": READERS, "schedule": READERS, "modelling": READERS,
     "backends": BACKENDS, "drafters": DRAFTERS, "engine": ENGINE,
 }

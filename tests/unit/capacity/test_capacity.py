@@ -93,7 +93,29 @@ def test_capacity_json_is_strict_and_the_command_refuses_a_folder_without_result
                       Capacity(2.0, 1.0, 3.0, True))
     body = json.loads(strict_json(row.as_dict()))  # NaN -> null, not a bare NaN
     assert body["baseline"]["point"] is None and body["spec"]["censored"] is True
-    assert "from n/a to >= 2 requests/s [1, 3]" in body["line"]
+    assert "from n/a (no level measured) to above 2 requests/s (censored)" in body["line"]
     proc = subprocess.run([sys.executable, "-m", "speedbench.cli", "capacity", str(tmp_path / "nothing")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "speedbench capacity:" in proc.stderr
+
+
+def test_a_capacity_without_a_crossing_says_why_and_what_to_measure(sweep):
+    """Never a bare "0 -> 0 [0, 0]": the lowest level missing the SLO says "measure below X" with its
+    attainment and Wilson interval; the top level still meeting it says "above X (censored)"."""
+    _, data = sweep
+    _, (low,) = search(data, {"ttft_ms": 10.0})  # every baseline and speculative TTFT at 2 requests/s is over 10 ms
+    assert low.baseline.below and low.spec.below and low.baseline.edge == 2.0
+    line = low.line()
+    assert "0 [0, 0]" not in line and "from below 2 requests/s to below 2 requests/s" in line
+    assert "for both, the lowest level already misses the SLO (attainment 0% [0%, " in line
+    assert "measure below 2 requests/s" in line and line.count("measure below") == 1
+    _, (high,) = search(data, {"ttft_ms": 1000.0})  # everything meets it: censored at the top level measured
+    assert high.spec.censored and not high.spec.below and high.spec.edge == 16.0
+    assert "to above 16 requests/s (censored)" in high.line() and "attainment 100% [" in high.line()
+    assert "capacity above 16 requests/s (censored); measure above 16" in high.line()
+    body = json.loads(__import__("speedbench.results.store", fromlist=["x"]).strict_json(low.as_dict()))
+    assert body["baseline"]["below"] is True and "measure below 2" in body["baseline"]["reason"]
+    assert body["attainment_interval"].startswith("Wilson")
+    per_level = low.attainment_rows()
+    assert [r["load"] for r in per_level] == [2.0, 4.0, 8.0, 16.0]
+    assert per_level[0]["baseline"].startswith("0% [0%, ") and per_level[0]["n_baseline"] == 30

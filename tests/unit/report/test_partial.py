@@ -46,7 +46,7 @@ def test_missing_mechanism_and_batch_size_are_gaps_not_zeros(run_copy, tmp_path)
     # G5 at B=4: the ngram column exists for every category and is n/a
     for row in values["g5"]["by_category"]["4"]:
         assert math.isnan(row["ngram"]) and row["tiny_draft"] > 0 and row["winner"] == "tiny_draft"
-    assert re.search(r"^\| coding \| n/a \| [0-9.]+ \| tiny_draft \|$", md, re.M), "G5 gap must render as n/a"
+    assert re.search(r"^\| coding \| n/a \| [0-9.]+ \| \[[0-9.]+, [0-9.]+\] \| tiny_draft \|$", md, re.M), "G5 gap must render as n/a"
     # G1: D=4 measured at B=4 only -> the B=1 entry is a gap
     assert re.search(r"^\| 4 \| n/a \| [0-9.]+ \|$", md, re.M), "G1 gap must render as n/a"
     assert not re.search(r"^\| 4 \| 0 \|", md, re.M)

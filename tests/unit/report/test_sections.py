@@ -134,11 +134,16 @@ def test_g5_rankings(report):
                 expect = max(c["speedup"] for c in cells if c["drafter"] == m and c["batch_size"] == b
                              and c["category"] == row["category"])
                 assert row[m] == pytest.approx(expect)
-            top = max(DRAFT_MS, key=lambda m: row[m])
-            if row[top] > 1:
+            top, second = sorted(DRAFT_MS, key=lambda m: -row[m])[:2]
+            cell = max((c for c in cells if c["drafter"] == top and c["batch_size"] == b
+                        and c["category"] == row["category"]), key=lambda c: c["speedup"])
+            assert row["best's interval"] == f"[{cell['speedup_ci_low']:.3g}, {cell['speedup_ci_high']:.3g}]"
+            if cell["speedup_ci_low"] > 1 and cell["speedup_ci_low"] > row[second]:  # excludes 1 and the runner-up
                 assert row["winner"] == top
-            else:  # slower than plain decoding: no winner
+            elif cell["speedup_ci_high"] < 1:  # slower than plain decoding: no winner
                 assert row["winner"].startswith("none pays")
+            else:  # its interval holds 1 or the runner-up: a tie, never a winner
+                assert row["winner"].startswith(f"tie: {top} ")
 
 
 def test_g4_g5_name_no_winner_slower_than_plain_decoding(tmp_path):

@@ -22,7 +22,7 @@ def test_speedup_vs_concurrency_stop_point_and_pareto(tmp_path):
     assert sec["points"][-1]["verdict"] == "net-negative"
     (line,) = sec["stops_paying"].values()
     assert line.startswith("stops paying at C = ") and "net-negative at C = " in line and "8" in line
-    assert {p["series"] for p in sec["pareto"]} == {"baseline", "ngram"} and len(sec["pareto"]) == 6
+    assert {p["series"] for p in sec["pareto"]} == {"baseline (each cell's own)", "ngram"} and len(sec["pareto"]) == 6
     # acceptance and step time by the live batch of each step (a static batch of C: every step has C rows)
     assert sorted({r["live batch"] for r in sec["by_live_batch"]}) == [1, 2, 8]
     assert all(r["step ms"] > 0 and r["AL"] >= 1 for r in sec["by_live_batch"])
