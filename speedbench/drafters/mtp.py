@@ -1,8 +1,9 @@
 """MTP drafting in the reference engine: the target's own multi-token-prediction layer.
 
 The target (``architectures: [MiMoForCausalLM]``, a Qwen2 body) carries one MTP layer
-(``engine.mtp_layer``). The engine keeps the target's last hidden state (after its final norm)
-for every token it feeds and hands it to ``observe``. Each step the drafter first feeds the
+(``engine.mtp_layer``). The engine keeps the target's last hidden state (the residual stream
+after the last layer, before the final norm: vLLM's ``MiMoModel.forward`` returns that and norms
+only for the logits) for every token it feeds and hands it to ``observe``. Each step the drafter first feeds the
 pairs (target hidden state at p, token p+1) that arrived since its last call, which yields draft
 1; drafts 2..D feed the layer its own drafted token and output, serially, as vLLM's ``mimo_mtp``
 proposer does. Draft entries past the verified tokens are rebuilt from the target's real hidden
@@ -66,7 +67,7 @@ class MtpDrafter(Drafter):
                                     f"target {tcfg._name_or_path}").to(ctx.device)
         self.embed = target.get_input_embeddings().weight.detach()
         self.lm_head = target.get_output_embeddings().weight.detach()
-        self.feature_layers = (tcfg.num_hidden_layers,)  # the last hidden state, after the final norm
+        self.feature_layers = (tcfg.num_hidden_layers,)  # the last hidden state, before the final norm
         self.device = ctx.device
 
     def reset(self, history, max_len: int) -> None:

@@ -193,8 +193,8 @@ class LeanLlama(CachedLM):
             x = x + F.linear(att.transpose(1, 2).reshape(batch, width, q_size), layer.w_o)
             gate, up = F.linear(rms_norm(x, layer.ln2, w.eps), layer.w_gate_up).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
-            if i + 1 in self.capture:  # the last one after the final norm, as HF's hidden_states
-                features.append(rms_norm(x, w.norm, w.eps) if i + 1 == len(self.layers) else x)
+            if i + 1 in self.capture:  # the residual stream (the last one before the final norm, as vLLM's)
+                features.append(x)
         if self.capture:
             self.captured = torch.cat(features, -1)
         self.lens = self.lens + width

@@ -1,8 +1,8 @@
 """A MiMo-style multi-token-prediction (MTP) layer, in the checkpoint layout vLLM's ``mimo_mtp`` loads.
 
 The target (a Qwen2 body, ``architectures: [MiMoForCausalLM]``) carries one MTP layer under
-``model.mtp_layers.0.*``. For a position p it takes the target's last hidden state h_p (after the
-final norm) and the embedding of the next token x[p+1] and predicts x[p+2]:
+``model.mtp_layers.0.*``. For a position p it takes the target's last hidden state h_p (before
+the final norm, as vLLM's MiMo body returns it) and the embedding of the next token x[p+1] and predicts x[p+2]:
 
     e = token_layernorm(embed(x[p+1]))   (the embedding is zeroed at position 0, as vLLM does)
     h = input_proj([hidden_layernorm(h_p), e])

@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 
 from speedbench import models
 from speedbench.drafters import build_drafter
+from speedbench.engine.cached_lm import forward_before_final_norm
 from speedbench.engine.decode import generate
 from speedbench.engine.drafting import History
 from speedbench.engine.mtp_layer import ARCHITECTURE, PREFIX
@@ -45,15 +46,24 @@ def test_checkpoint_has_the_mimo_mtp_layout():
 
 
 @pytest.mark.parametrize("impl", ["lean", "hf"])
-def test_captured_last_hidden_state_is_after_the_final_norm(mtp_target, impl):
+def test_captured_last_hidden_state_is_before_the_final_norm(mtp_target, impl):
+    """What vLLM's MiMo body hands its MTP proposer: the residual stream after the last layer,
+    not HF's hidden_states[-1] (after the final norm); HF's untied last hidden state is the reference."""
     ctx = make_context(mtp_target, mtp_target, impl)
     lm = ctx.make_lm(mtp_target)
     lm.capture = (mtp_target.config.num_hidden_layers,)
     x = torch.tensor([prompts(1)[0]])
+    cfg = mtp_target.config
     with torch.no_grad():
         lm.reset(1, 64)
         lm.forward(x)
-        expected = mtp_target(input_ids=x, output_hidden_states=True).hidden_states[-1]
+        normed = mtp_target(input_ids=x, output_hidden_states=True).hidden_states[-1]
+        before, cfg.tie_last_hidden_states = getattr(cfg, "tie_last_hidden_states", None), False
+        try:
+            expected = mtp_target(input_ids=x, output_hidden_states=True).hidden_states[-1]
+        finally:
+            cfg.tie_last_hidden_states = before
+    assert not torch.allclose(expected, normed, atol=1e-2)
     torch.testing.assert_close(lm.captured.float(), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -65,7 +75,7 @@ def test_training_unroll_equals_cached_drafting(mtp_target):
     x = torch.tensor([prompts(1)[0] + prompts(2)[1]])
     steps = 3
     with torch.no_grad():
-        hidden = mtp_target(input_ids=x, output_hidden_states=True).hidden_states[-1]
+        hidden = forward_before_final_norm(mtp_target, input_ids=x)[1]
         unrolled = list(ttt_unroll(drafter.layer.step, drafter.embed, hidden[:, :-1], x, steps))
         for p in (0, 6):
             drafter.reset(History(1, 64, torch.device("cpu")), 64)
@@ -124,7 +134,6 @@ def test_vllm_runs_the_mtp_target_like_the_reference_engine(tmp_path):
         assert (cells.status == "ok").all()
         assert (cells.greedy_match_rate == 1.0).all()
         assert (cells.al > 1.2).all()
-    # measured: writing equal (3.30 both); coding 2.267 (vLLM) vs 2.214: one depth-3 draft of 45 differs
-    # and vLLM takes one more step (its counters also count drafts accepted past max_new_tokens)
+    # the same drafts on the same greedy outputs: AL equal per category (the issue's 0.01)
     for cat in ("coding", "writing"):
-        assert abs(vllm.al[cat] - ref.al[cat]) <= 0.1, (cat, vllm.al[cat], ref.al[cat])
+        assert abs(vllm.al[cat] - ref.al[cat]) <= 0.01, (cat, vllm.al[cat], ref.al[cat])
