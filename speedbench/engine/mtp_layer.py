@@ -24,7 +24,8 @@ from torch import nn
 
 from .eagle3_head import _Mlp, rotate
 
-PREFIX = "model.mtp_layers.0."
+LAYERS_PREFIX = "model.mtp_layers."  # every MTP layer of the checkpoint
+PREFIX = LAYERS_PREFIX + "0."
 ARCHITECTURE = "MiMoForCausalLM"  # vLLM maps it to mimo_mtp (method mtp)
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
