@@ -55,6 +55,17 @@ class _LeanHead:
                       s.num_key_value_heads * s.head_dim]
 
 
+def pending_pairs(history, lens: torch.Tensor, arange: torch.Tensor):
+    """The (target features at p, token p+1) pairs a hidden-state drafter has not fed yet, p = lens ..
+    history.lens - 2: (positions [B, W], the same clamped to each row's last pair, each row's last
+    valid column, row ids)."""
+    counts = history.lens - 1 - lens
+    positions = lens[:, None] + arange[: int(counts.max())]
+    last_valid = (counts - 1).clamp(min=0)
+    clamped = torch.minimum(positions, (history.lens - 2)[:, None].clamp(min=0))
+    return positions, clamped, last_valid, torch.arange(history.tokens.shape[0], device=lens.device)
+
+
 class Eagle3Drafter(Drafter):
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
@@ -155,13 +166,7 @@ class Eagle3Drafter(Drafter):
         batch = history.tokens.shape[0]
         if num_tokens < 1:
             return Proposal.empty(batch, self.device)
-        # pending pairs: features at p with token p+1, for p = lens .. history.lens - 2
-        counts = history.lens - 1 - self.lens
-        width = int(counts.max())
-        positions = self.lens[:, None] + self.arange[:width]
-        last_valid = (counts - 1).clamp(min=0)
-        clamped = torch.minimum(positions, (history.lens - 2)[:, None].clamp(min=0))
-        rows = torch.arange(batch, device=self.device)
+        positions, clamped, last_valid, rows = pending_pairs(history, self.lens, self.arange)
         tokens = history.tokens[rows[:, None], clamped + 1]
         hidden = F.linear(self.feats[rows[:, None], clamped], self.lean.w_fc)
         out, resid = self._run(tokens, hidden, positions)

@@ -110,7 +110,9 @@ METHODS: dict[str, DrafterMethod] = {
                             reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
                             fixed_k_why="vLLM's medusa drafts exactly its num_heads tokens (asserts a fixed K)",
                             kind=PARALLEL, cost="head", reads="target_state", draft_kv=False),
-    "mtp": DrafterMethod(engines=frozenset({"vllm"}), cost="target_head"),  # the target's own heads unless drafter.model is set
+    # the target's own MTP layer (vLLM: unless drafter.model is set); the reference engine runs MiMo's
+    "mtp": DrafterMethod(reference="speedbench.drafters.mtp:MtpDrafter", engines=frozenset({"vllm"}),
+                         schedule=frozenset({"torch"}), cost="target_head"),
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
         "start-up)")}),

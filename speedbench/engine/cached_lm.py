@@ -15,12 +15,17 @@ Feature capture (for EAGLE-style drafters): when ``capture`` names layer ids, ea
 that many decoder layers (vLLM's ``eagle_aux_hidden_state_layer_ids`` convention); the id equal to
 the number of layers gives the final normed hidden state, the one the LM head reads (HF's last
 ``hidden_states`` entry; what Medusa heads read).
+The id ``BEFORE_FINAL_NORM`` gives the input of the final norm instead (the residual stream after
+all layers: what vLLM's MiMo body hands its MTP proposer; the norm is only in its logits).
 """
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 
 import torch
+
+BEFORE_FINAL_NORM = -1  # capture id: the final norm's input, not a layer count (see the module doc)
 
 
 class CachedLM(ABC):
@@ -84,7 +89,8 @@ class HFCachedLM(CachedLM):
         pos = self.lens[:, None] + torch.arange(width, device=self.device)
         self.slot_pos = torch.cat([self.slot_pos, pos], 1)
         self.valid = torch.cat([self.valid, torch.ones_like(pos, dtype=torch.bool)], 1)
-        out = self.model(
+        run = functools.partial(forward_before_final_norm, self.model) if BEFORE_FINAL_NORM in self.capture else self._plain
+        out, before_norm = run(
             input_ids=tokens,
             attention_mask=self.valid.long(),
             position_ids=pos,
@@ -94,13 +100,31 @@ class HFCachedLM(CachedLM):
         )
         self.cache = out.past_key_values
         if self.capture:
-            self.captured = torch.cat([out.hidden_states[i] for i in self.capture], -1)
+            self.captured = torch.cat([before_norm if i == BEFORE_FINAL_NORM else out.hidden_states[i] for i in self.capture], -1)
         self.lens = self.lens + width
         logits = out.logits
         if logits_at is not None:
             logits = logits[torch.arange(batch, device=self.device), logits_at]
         return logits.float()
 
+    def _plain(self, **kwargs):
+        return self.model(**kwargs), None
+
     def truncate(self, new_lens: torch.Tensor) -> None:
         self.valid &= self.slot_pos < new_lens[:, None]
         self.lens = new_lens.clone()
+
+
+def forward_before_final_norm(model: torch.nn.Module, **kwargs):
+    """``model(**kwargs)`` and the input of its decoder's final norm: the residual stream after
+    the last layer, before the norm (HF's ``hidden_states[-1]`` is after it)."""
+    norm = getattr(model.get_decoder(), "norm", None)
+    if not isinstance(norm, torch.nn.Module):
+        raise ValueError(f"{type(model).__name__}: no final norm (decoder.norm) to take the last hidden state from")
+    seen: list[torch.Tensor] = []
+    handle = norm.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    try:
+        out = model(**kwargs)
+    finally:
+        handle.remove()
+    return out, seen[-1]

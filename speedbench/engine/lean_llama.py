@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .cached_lm import CachedLM
+from .cached_lm import BEFORE_FINAL_NORM, CachedLM
 
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -169,7 +169,7 @@ class LeanLlama(CachedLM):
         mask = None if single and width == 1 else (self.arange[:span][None, None, :] <= pos[:, :, None])[:, None]
         x = F.embedding(tokens, w.embed)
         q_size, kv_size = w.n_heads * w.head_dim, w.n_kv * w.head_dim
-        features = [x] if 0 in self.capture else []
+        features = {0: x} if 0 in self.capture else {}
         for i, layer in enumerate(self.layers):
             h = rms_norm(x, layer.ln1, w.eps)
             q, k, v = F.linear(h, layer.w_qkv, layer.b_qkv).split([q_size, kv_size, kv_size], -1)
@@ -194,9 +194,11 @@ class LeanLlama(CachedLM):
             gate, up = F.linear(rms_norm(x, layer.ln2, w.eps), layer.w_gate_up).chunk(2, -1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
             if i + 1 in self.capture:  # after the last layer: the normed state the LM head reads (as HF's)
-                features.append(rms_norm(x, w.norm, w.eps) if i + 1 == len(self.layers) else x)
+                features[i + 1] = rms_norm(x, w.norm, w.eps) if i + 1 == len(self.layers) else x
+        if BEFORE_FINAL_NORM in self.capture:  # the final norm's input (what vLLM's MiMo body returns)
+            features[BEFORE_FINAL_NORM] = x
         if self.capture:
-            self.captured = torch.cat(features, -1)
+            self.captured = torch.cat([features[i] for i in self.capture], -1)
         self.lens = self.lens + width
         if logits_at is not None:
             x = x[torch.arange(batch, device=self.device), logits_at]

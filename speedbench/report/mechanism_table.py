@@ -57,14 +57,15 @@ def _config_of(cells: pd.DataFrame) -> dict[str, Any]:
     return {}
 
 
-def _weights_params(folder: Path) -> float:
+def _weights_params(folder: Path, prefix: str = "") -> float:
     from safetensors import safe_open
 
     total = 0
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), "np") as f:
             for key in f.keys():
-                total += math.prod(f.get_slice(key).get_shape())
+                if key.startswith(prefix):
+                    total += math.prod(f.get_slice(key).get_shape())
     return float(total) if total else math.nan
 
 
@@ -95,6 +96,13 @@ def footprint(drafter: dict[str, Any], target: dict[str, Any], dtype: str) -> Fo
             cfg = model_config(str(drafter["model"])) or {}
             params = _weights_params(folder) if folder.is_dir() else math.nan
             layers = cfg.get("num_hidden_layers", math.nan)
+        elif method is not None and method.cost == "target_head" and target.get("path"):
+            from ..engine.mtp_layer import LAYERS_PREFIX  # MTP: the target checkpoint's own MTP layers
+
+            folder = Path(resolve_path(str(target["path"])))
+            cfg = model_config(str(target["path"])) or {}
+            params = _weights_params(folder, LAYERS_PREFIX) if folder.is_dir() else math.nan
+            layers = cfg.get("num_nextn_predict_layers", math.nan)
         elif drafter.get("num_layers") and target.get("path"):  # layer skip: the target's first layers
             cfg = model_config(str(target["path"])) or {}
             params, layers = 0.0, float(drafter["num_layers"])
@@ -119,12 +127,14 @@ def _manifest() -> dict[str, Any]:
         return {}
 
 
-def training_cost(drafter: dict[str, Any], manifest: dict[str, Any]) -> str:
-    """Steps and wall time of the shipped drafter's training (``MANIFEST.json``), or why there is none."""
+def training_cost(drafter: dict[str, Any], manifest: dict[str, Any], target: dict[str, Any] | None = None) -> str:
+    """Steps and wall time of the shipped drafter's training (``MANIFEST.json``; a method drafting with the
+    target's own layer: its target's entry), or why there is none."""
     method = METHODS.get(str(drafter.get("method")))
     if method is not None and method.kind == MODEL_FREE:
         return "none (model-free)"
-    model = str(drafter.get("model") or "")
+    own_layer = method is not None and method.cost == "target_head" and not drafter.get("model")
+    model = str((target or {}).get("path") if own_layer else drafter.get("model") or "")
     if not model.startswith("builtin:"):
         return "shares the target's weights" if drafter.get("num_layers") else "not recorded (not a shipped model)"
     name = model.split(":", 1)[1]
@@ -190,7 +200,7 @@ def table(ok: pd.DataFrame, rank: pd.DataFrame, backends: list[str] | None = Non
             "generation": MODES.get(entry.kind if entry else "", "n/a"),
             "params": fp.params, "param MiB": fp.param_bytes / 2**20, "KV KiB/token": fp.kv_bytes_per_token / 1024,
             "draft ms/step by D": _draft_times(cells), "AL by category": _al_by_category(cells),
-            "training": training_cost(drafter, manifest), "best speedup by B": _best_by_batch(rank, mech)})
+            "training": training_cost(drafter, manifest, target), "best speedup by B": _best_by_batch(rank, mech)})
     backends = backends or (sorted(ok["backend"].astype(str).unique()) if "backend" in ok else ["torch"])
     for name, entry in METHODS.items():
         if is_baseline(name) or name in measured_methods:

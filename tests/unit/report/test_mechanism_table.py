@@ -1,5 +1,5 @@
-"""The mechanism table (``speedbench mechanisms``, the report's G5 table) on three real reference-engine
-runs (n-gram, the shipped EAGLE-3 head, the shipped Medusa heads, layer skip): each column checked against what it is read from
+"""The mechanism table (``speedbench mechanisms``, the report's G5 table) on five real reference-engine
+runs (n-gram, the shipped EAGLE-3 head, the shipped Medusa heads, layer skip, and MTP on its own target): each column checked against what it is read from
 (the drafter's files, the manifest, the cells, G5's ranking), computed here independently."""
 import json
 import math
@@ -19,7 +19,9 @@ from tests.support.sweep_helpers import make_run, run_speedbench
 DRAFTERS = {"ngram": make_drafter("ngram", 4), "tiny_eagle3": make_drafter("eagle3", 3, name="tiny_eagle3",
                                                                            model="builtin:tiny-eagle3"),
             "tiny_medusa": make_drafter("medusa", 3, name="tiny_medusa", model="builtin:tiny-medusa"),
-            "layer_skip": make_drafter("layer_skip", 2, num_layers=1)}
+            "layer_skip": make_drafter("layer_skip", 2, num_layers=1),
+            "tiny_mtp": make_drafter("mtp", 3, name="tiny_mtp")}
+TARGETS = {"tiny_mtp": ("tiny_mtp", "builtin:tiny-mtp-target")}  # MTP drafts with its target's own layer
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("mechanisms")
     for name, drafter in DRAFTERS.items():
         run = make_run(root, f"mt-{name}", categories=("coding", "writing"), max_new_tokens=16)
-        run.target.path, run.drafter = "builtin:tiny-target", drafter
+        (run.target.name, run.target.path), run.drafter = TARGETS.get(name, ("tiny", "builtin:tiny-target")), drafter
         run.protocol.min_repeats = run.protocol.max_repeats = 2
         run.protocol.budget_s = 1.0
         runner.run_cells(run, progress=False)
@@ -44,9 +46,9 @@ def _row(frame, mech):
 
 def test_one_row_per_measured_mechanism_and_one_per_unmeasured_method(results):
     _, _, _, frame = results
-    measured = {"ngram", "tiny_eagle3", "tiny_medusa", "layer_skip"}
+    measured = {"ngram", "tiny_eagle3", "tiny_medusa", "layer_skip", "tiny_mtp"}
     assert measured <= set(frame["mechanism"])
-    others = {m for m in METHODS if not is_baseline(m) and m not in {"ngram", "eagle3", "medusa", "layer_skip"}}
+    others = {m for m in METHODS if not is_baseline(m) and m not in {"ngram", "eagle3", "medusa", "layer_skip", "mtp"}}
     assert {f"({m})" for m in others} == set(frame["mechanism"]) - measured
     for m in others:
         assert _row(frame, f"({m})")["best speedup by B"].startswith("not measured: ")
@@ -91,6 +93,23 @@ def test_training_cost_from_the_manifest(results):
     manifest = json.loads(open(f"{resolve_path('builtin:tiny-eagle3')}/../MANIFEST.json").read())
     entry = manifest["provenance"]["models"]["tiny-eagle3"]
     assert _row(frame, "tiny_eagle3")["training"].startswith(f"{entry['steps']} steps, ")
+    mtp = manifest["provenance"]["models"]["tiny-mtp-target"]  # the MTP layer's training, in its target's entry
+    assert _row(frame, "tiny_mtp")["training"] == f"{mtp['steps']} steps, {mechanism_table.fmt(mtp['wall_s'])} s"
+
+
+def test_mtp_memory_is_the_targets_own_mtp_layer(results):
+    _, _, _, frame = results
+    folder = resolve_path("builtin:tiny-mtp-target")
+    with safe_open(f"{folder}/model.safetensors", "np") as f:
+        mtp = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys() if k.startswith("model.mtp_layers."))
+        body = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    cfg = json.loads(open(f"{folder}/config.json").read())
+    row = _row(frame, "tiny_mtp")
+    assert 0 < row["params"] == mtp < body  # the layer, not the body it shares the embedding and head with
+    assert row["param MiB"] == pytest.approx(mtp * 4 / 2**20)
+    kv = 2 * cfg["num_nextn_predict_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 4
+    assert row["KV KiB/token"] == pytest.approx(kv / 1024)
+    assert row["inputs"] == mechanism_table.INPUTS["target_head"] and row["generation"].startswith("serial")
 
 
 def test_draft_times_al_and_best_speedup_come_from_the_cells_and_the_ranking(results):
