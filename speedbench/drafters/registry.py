@@ -106,7 +106,8 @@ METHODS: dict[str, DrafterMethod] = {
         "start-up)")}),
     "dspark": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "vLLM's CPU build runs only the V1 model runner, which does not support dspark ('Model Runner V1 does not "
-        "support: dspark speculative decoding')", cpu_only=True)}, kind=PARALLEL, cost="head"),
+        "support: dspark speculative decoding'); the reference engine has no dspark drafter (no DSpark draft is "
+        "shipped, and no engine here could check one against vLLM)", cpu_only=True)}, kind=PARALLEL, cost="head"),
 }
 UNLISTED = DrafterMethod(engines=frozenset({"vllm"}))  # a method only an engine build knows (weights of its own)
 
