@@ -6,6 +6,8 @@
 * Libraries that log every request or every engine step (httpx, vLLM, urllib3, the hub
   client, ...) are held at WARNING; ``SPEEDBENCH_LOG_LEVEL=INFO|DEBUG`` lets them through.
 * A usage error is one line on stderr and exit status 2 (:class:`UsageError`).
+* Where no bars are drawn (output piped into a log), a long run says what it is doing at least
+  every 30 s (:class:`Heartbeat`; ``SPEEDBENCH_HEARTBEAT_S`` sets the interval, 0 turns it off).
 * An engine's own console output (vLLM's engine process: profiler tables, per-step logs) goes
   to ``<run folder>/engine-logs/`` instead of the terminal or CI log.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import warnings
 import sys
 from pathlib import Path
@@ -63,6 +66,60 @@ def progress_enabled(setting: Any = "auto", stream: Any = None) -> bool:
         return False
 
 
+HEARTBEAT_S = 30.0  # the longest silence of a run whose output is piped (SPEEDBENCH_HEARTBEAT_S)
+
+
+def heartbeat_interval() -> float:
+    """Seconds between heartbeat lines: ``SPEEDBENCH_HEARTBEAT_S`` (0 or less: none), else 30."""
+    text = os.environ.get("SPEEDBENCH_HEARTBEAT_S", "").strip()
+    if not text:
+        return HEARTBEAT_S
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"SPEEDBENCH_HEARTBEAT_S={text!r}: expected a number of seconds (0: no heartbeat)") from None
+
+
+class Heartbeat:
+    """A line on ``stream`` (stderr) every ``interval`` seconds while a phase runs: what it is doing
+    (``phase``), how far it got (``detail``) and the time since it started, so a log of a piped
+    run is never silent for longer than the interval. Off (no thread) when ``interval`` <= 0."""
+
+    def __init__(self, interval: float, prefix: str = "speedbench run", stream: Any = None) -> None:
+        import threading
+
+        self.interval, self.prefix, self.stream = float(interval), prefix, stream
+        self.phase_text, self.detail = "starting", ""
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = None
+        if self.interval > 0:
+            self._thread = threading.Thread(target=self._beat, name="speedbench-heartbeat", daemon=True)
+            self._thread.start()
+
+    def phase(self, text: str, detail: str = "") -> None:
+        self.phase_text, self.detail = text, detail
+
+    def line(self) -> str:
+        elapsed = int(time.monotonic() - self._started)
+        clock = f"{elapsed // 60}m{elapsed % 60:02d}s" if elapsed >= 60 else f"{elapsed}s"
+        return (f"{self.prefix}: [{clock}] {self.phase_text}"
+                + (f": {self.detail}" if self.detail else ""))
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            stream = self.stream if self.stream is not None else sys.stderr
+            try:
+                print(self.line(), file=stream, flush=True)
+            except (OSError, ValueError):  # a closed pipe: nothing to tell
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
 def log_level() -> int:
     name = os.environ.get("SPEEDBENCH_LOG_LEVEL", "").strip().upper()
     level = logging.getLevelName(name) if name else None
@@ -97,6 +154,14 @@ class _Drop(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return self.text not in str(record.msg)
+
+
+def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str | None:
+    """The closest of ``choices`` to a misspelt ``word`` (difflib's ratio at least ``cutoff``), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
+    return close[0] if close else None
 
 
 def error_line(exc: BaseException) -> str:

@@ -230,3 +230,23 @@ def model_config(path: str) -> dict[str, Any] | None:
         raise ValueError(f"cannot read {cfg_path}: {exc}") from exc
     text = data.get("text_config") if isinstance(data.get("text_config"), dict) else {}
     return {**data, **text}
+
+
+def check_weights(path: str) -> None:
+    """Raise ``ValueError`` naming the file when a local model folder holds a ``*.safetensors`` file
+    that is not whole (a half-finished copy, a truncated download): the header and the extent of
+    every tensor are read (``safetensors.safe_open``), no tensor is. ``random:`` presets, hub ids
+    and folders without safetensors files pass (nothing to read without loading)."""
+    if random_preset(path) is not None:
+        return
+    local = Path(resolve_path(path)).expanduser()
+    if not local.is_dir():
+        return
+    from safetensors import safe_open
+
+    for file in sorted(local.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: the file cannot be loaded
+            raise ValueError(f"{file}: not a whole safetensors file ({exc}); copy or download it again") from exc

@@ -42,6 +42,7 @@ class TorchBackend(Backend):
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self._acceptance: dict = {}  # synthetic acceptance rules by (D, AL, rates, seed)
+        self._drafter_state: dict = {}  # what drafters keep for the engine's lifetime (DraftContext.engine_state)
 
     def _load(self, path: str):
         t = self.target
@@ -64,7 +65,7 @@ class TorchBackend(Backend):
         return p
 
     def build_drafter(self, cfg, faults):
-        ctx = DraftContext(self.model, self.build_lm, torch.device(self.device), self._load)
+        ctx = DraftContext(self.model, self.build_lm, torch.device(self.device), self._load, self._drafter_state)
         return with_faults(build_drafter(cfg.method, ctx, reference_options(cfg)), faults)
 
     def info(self) -> dict[str, Any]:

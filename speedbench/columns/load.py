@@ -83,6 +83,12 @@ class LoadPointColumns:
     speedup_goodput: float = NAN
     speedup_goodput_ci_low: float = NAN
     speedup_goodput_ci_high: float = NAN
+    # their usable windows (repeats with a finite ratio; -1: not counted, an older folder) and the windows
+    # left out, named with why ("repeat 1: the baseline met no SLO"; "" when none), as ``speedup_windows``
+    speedup_throughput_windows: int = -1
+    speedup_throughput_nan_windows: str = ""
+    speedup_goodput_windows: int = -1
+    speedup_goodput_nan_windows: str = ""
     # the client (metrics.latency): requests delivered in bursts, the client's CPU share of a core, and
     # whether either says the client set the pace (server points; in process there is no client)
     burst_frac: float = NAN

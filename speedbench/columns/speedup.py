@@ -15,3 +15,8 @@ class SpeedupColumns:
     speedup_noise: float = NAN  # relative half-width with the prompts fixed (repeats resampled only)
     n_repeats: int = 0
     speedup_window_spread: float = NAN  # load points: the per-window t-interval's relative half-width
+    # the windows (repeats) behind the speedup: how many had a finite paired ratio (-1: a folder written before
+    # they were counted), and which had none, named with why ("" when none): left out of the estimate, never
+    # silently; fewer than two usable windows give no interval (NaN bounds) and never a stable cell
+    speedup_windows: int = -1
+    speedup_nan_windows: str = ""

@@ -5,9 +5,9 @@ layer above it; the registries that map names to schemas live in ``backends`` an
 from .schemas import (CELL_ORDERS, INTERLEAVE, AcceptanceConfig, BackendConfig, ConfigError, DatasetConfig,
                       DrafterConfig, FaultConfig, LayerSkipDrafterConfig, LoadConfig, LoggerConfig, ModelConfig,
                       ModelDrafterConfig, NgramDrafterConfig, ProtocolConfig, RunConfig, SamplingConfig, SloConfig,
-                      SweepConfig)
+                      SuffixDrafterConfig, SweepConfig)
 
 __all__ = ["CELL_ORDERS", "INTERLEAVE", "AcceptanceConfig", "BackendConfig", "ConfigError", "DatasetConfig",
            "DrafterConfig", "FaultConfig", "LayerSkipDrafterConfig", "LoadConfig", "LoggerConfig", "ModelConfig",
            "ModelDrafterConfig", "NgramDrafterConfig", "ProtocolConfig", "RunConfig", "SamplingConfig", "SloConfig",
-           "SweepConfig"]
+           "SuffixDrafterConfig", "SweepConfig"]

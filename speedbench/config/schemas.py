@@ -64,6 +64,17 @@ class NgramDrafterConfig(DrafterConfig):
 
 
 @dataclass
+class SuffixDrafterConfig(DrafterConfig):
+    """Suffix decoding: suffix trees over the prompt and the run's earlier outputs; the best-scored
+    continuation of the longest useful match is proposed (vLLM's ``suffix_decoding_*`` keys)."""
+
+    max_tree_depth: int = 24  # the trees hold substrings up to this long; the match uses this many recent tokens
+    max_cached_requests: int = 10000  # responses kept in the shared (global) tree; 0: prompt trees only
+    max_spec_factor: float = 1.0  # at most max_spec_factor x match length tokens are proposed
+    min_token_prob: float = 0.1  # stop where the estimated probability of the path falls below this
+
+
+@dataclass
 class ModelDrafterConfig(DrafterConfig):
     """A drafter with weights of its own: draft_model, pard, eagle, eagle3, medusa, mtp, dflash, ..."""
 
@@ -223,6 +234,7 @@ class LoadConfig:
     num_requests: Optional[int] = None  # requests per point (the cell's prompts cycled or cut); None: the cell's
     warmup_requests: Optional[int] = None  # warm-up requests before the point (excluded); None: warmup_batches x B
     duration_s: Optional[float] = None  # seconds per window instead of num_requests: the request count is sized once
+    steady_state: bool = False  # count only each pass's steady window (metrics.steady): no ramp, no drain
 
 
 @dataclass

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import DrafterConfig, LayerSkipDrafterConfig, ModelDrafterConfig, NgramDrafterConfig
+from ..config import (DrafterConfig, LayerSkipDrafterConfig, ModelDrafterConfig, NgramDrafterConfig,
+                      SuffixDrafterConfig)
 from ..registry import Registry
 
 
@@ -44,6 +45,7 @@ class DrafterMethod:
     reference_fields: tuple[str, ...] = ()  # the schema fields that drafter takes (besides D)
     engines: frozenset[str] = frozenset()  # builds that run it besides the reference engine (``vllm``: if the build knows it)
     engine_names: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # build -> (its method, extra keys)
+    engine_fields: dict[str, dict[str, str]] = field(default_factory=dict)  # build -> {schema field: its config key}
     same_vocab: frozenset[str] = frozenset()  # builds on which the drafter needs the target's vocabulary
     schedule: frozenset[str] = frozenset()  # builds on which it can vary K (``drafter.schedule``)
     fixed_k_why: str = "it drafts a fixed K"  # why a build not in ``schedule`` cannot vary K
@@ -63,6 +65,7 @@ class DrafterMethod:
 
 
 _ANY_K = frozenset({"torch", "vllm"})
+_SUFFIX_FIELDS = ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")
 _PARALLEL_K = "vLLM's parallel drafting sizes its buffer from num_speculative_tokens and is wrong for any other K"
 
 METHODS: dict[str, DrafterMethod] = {
@@ -74,11 +77,14 @@ METHODS: dict[str, DrafterMethod] = {
                            engines=frozenset({"hf", "vllm"}), schedule=_ANY_K, kind=MODEL_FREE, cost="free", planned=True),
     "ngram_gpu": DrafterMethod(NgramDrafterConfig, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}),
                                kind=MODEL_FREE),
-    "suffix": DrafterMethod(DrafterConfig, engines=frozenset({"vllm"}), fixed_k_why="suffix decoding asserts a fixed K",
+    "suffix": DrafterMethod(SuffixDrafterConfig, reference="speedbench.drafters.suffix:SuffixDrafter",
+                            reference_fields=_SUFFIX_FIELDS, engines=frozenset({"vllm"}),
+                            engine_fields={"vllm": {f: f"suffix_decoding_{f}" for f in _SUFFIX_FIELDS}},
+                            schedule=frozenset({"torch"}), fixed_k_why="suffix decoding asserts a fixed K",
                             refusals={"vllm": Refusal(
                                 "vLLM's suffix decoding needs the arctic-inference package, which is not installed "
-                                "(published as a source distribution only; see the README)",
-                                unless_module="arctic_inference")}, kind=MODEL_FREE),
+                                "(a source distribution only: bash scripts/install.sh suffix builds it)",
+                                unless_module="arctic_inference.suffix_decoding._C")}, kind=MODEL_FREE, cost="free"),
     "layer_skip": DrafterMethod(LayerSkipDrafterConfig, reference="speedbench.drafters.draft_model:LayerSkipDrafter",
                                 reference_fields=("num_layers",), schedule=frozenset({"torch"}), cost="target_layers",
                                 planned=True),
@@ -112,7 +118,7 @@ METHODS: dict[str, DrafterMethod] = {
 UNLISTED = DrafterMethod(engines=frozenset({"vllm"}))  # a method only an engine build knows (weights of its own)
 
 SCHEMA_NAMES = {DrafterConfig: "plain", NgramDrafterConfig: "ngram", ModelDrafterConfig: "model",
-                LayerSkipDrafterConfig: "layer_skip"}  # conf/drafter/*.yaml: defaults: [schema_<name>, _self_]
+                LayerSkipDrafterConfig: "layer_skip", SuffixDrafterConfig: "suffix"}  # conf/drafter/*.yaml: defaults: [schema_<name>, _self_]
 
 
 def method(name: str) -> DrafterMethod:
@@ -146,6 +152,11 @@ def methods_on(build: str) -> tuple[str, ...]:
 def engine_name(name: str, build: str) -> tuple[str, dict[str, Any]]:
     """The method as ``build`` names it, with the keys that make it this method (pard on vLLM)."""
     return method(name).engine_names.get(build, (name, {}))
+
+
+def engine_fields(cfg: DrafterConfig, build: str) -> dict[str, Any]:
+    """The method's own schema fields of ``cfg`` under the names ``build`` gives them (suffix on vLLM)."""
+    return {key: getattr(cfg, f) for f, key in method(cfg.method).engine_fields.get(build, {}).items()}
 
 
 def schedule_methods(build: str) -> frozenset[str]:

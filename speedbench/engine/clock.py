@@ -10,7 +10,7 @@ speculative one and both passes end together. Each pass reads its *own* clock, w
 advances while that pass holds the turn: its TTFT, TPOT, step times and wall time are what it
 would have measured alone, while both passes sample the machine's speed over the same
 milliseconds. On a shared CPU whose speed drifts at every time scale, pairing at a few
-milliseconds is what makes a 2% speedup difference visible (README, "How speedup is
+milliseconds is what makes a 2% speedup difference visible (docs/measurement.md, "How speedup is
 measured"); pass-level pairing (a few hundred ms) leaves several percent of noise per pair.
 """
 from __future__ import annotations

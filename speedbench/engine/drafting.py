@@ -50,6 +50,9 @@ class DraftContext:
     make_lm: Any  # callable(hf_model, num_layers=None) -> CachedLM: an ``engine.build.LMBuilder``
     device: torch.device
     load_model: Any  # callable(path: str) -> HF model, for external drafters
+    # state a drafter keeps for the engine's lifetime, not a session's (suffix decoding's tree of earlier
+    # outputs, as vLLM keeps it per engine): the backend's dict, keyed by the drafter
+    engine_state: dict | None = None
 
 
 class Drafter(ABC):

@@ -17,6 +17,9 @@ from ..results.store import ResultsReadError, check_folder
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("exit status: 0 pass, 1 regressed (or a cell failed), 2 bad config or input, 3 cells do not match, "
+                     "4 nothing gated, 5 inconclusive (a speedup verdict the runs could not measure: measure both on "
+                     "one machine, one after the other; docs/ci-gate.md)")
     parser.add_argument("--baseline", type=Path, required=True, help="the baseline results folder")
     parser.add_argument("--current", type=Path, required=True, help="the results folder to judge")
     parser.add_argument("--config", default=str(GATE_CONF_DIR / "default.yaml"),

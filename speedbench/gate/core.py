@@ -17,12 +17,27 @@ that is not a finite number); 2 a usage or config error, or an input folder that
 (a corrupted cell file or request table, named); 3 cells that do not match (baseline cells
 missing from the current run, matched cells whose prompts differ, or no common cells at all); 4 nothing was gated: every matched cell had fewer
 requests than ``min_requests`` (or no usable measurement), so no check could fail; opt in to
-accepting that with ``allow_nothing_gated: true`` in the gate config or ``--allow-nothing-gated``.
+accepting that with ``allow_nothing_gated: true`` in the gate config or ``--allow-nothing-gated``;
+5 inconclusive: a speedup verdict the runs could not measure (``measurable``), and nothing regressed.
+
+A speedup is a fact of the machine as well as of the code, so a speedup verdict is INCONCLUSIVE (never a
+regression, never a pass) when
+  * the machine ran the same no-speculation steps at another speed in the two runs: the step ratio
+    (``step_ratio``, current / baseline) is beyond ``max_step_ratio`` either way, past the range over which
+    the speed's effect on a speedup was measured (docs/ci-gate.md says how both numbers were chosen); or
+  * within it, the verdict does not survive the machine's largest measured effect: the ratio's interval
+    widened by ``max(r, 1/r) ** max_speed_elasticity`` (r the step ratio) both ways; or
+  * a cell behind it is unstable (``evidence.is_stable``) and its regression (or improvement) does not
+    survive that cell's own measurement noise (``speedup_noise``) added to the ratio's interval
+    (``metrics.widen``, in quadrature; on the pooled row each cell's share of the geometric mean); an
+    unstable cell with no noise estimate (one repeat) makes a regression inconclusive outright. A pass
+    stays a pass: a wider interval only widens around it.
+AL verdicts stay hard: greedy AL is a fact of the models and the code, not of the machine.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +52,13 @@ from ..records import STATUS_OK
 from ..results.layout import RunFolder
 from ..results.store import ResultsReadError, read_cell_file
 
-EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED = 0, 1, 2, 3, 4
+EXIT_PASS, EXIT_REGRESSION, EXIT_CONFIG, EXIT_MISMATCH, EXIT_NOTHING_GATED, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4, 5
 GATE_CONF_DIR = gate_conf_dir()  # conf/gate/ of a checkout, speedbench/conf/gate of a wheel
 PASS, IMPROVED, REGRESSED, FAILED, INSUFFICIENT, NA = "pass", "improved", "regressed", "failed", "insufficient", "n/a"
 INFO = "info"  # estimated and shown, not gated (the metric is gated on the pooled row only)
 PROMPTS_DIFFER = "prompts-differ"  # the two cells measured other prompt text: not compared (a mismatch)
+INCONCLUSIVE = "inconclusive"  # a speedup verdict the runs could not measure (``measurable``): exit 5
+MACHINE_BOUND_METRICS = ("speedup",)  # verdicts that move with the machine's speed (AL does not)
 BAD = (REGRESSED, FAILED)
 JUDGED = (PASS, IMPROVED, REGRESSED, FAILED)  # verdicts that could have failed the gate
 
@@ -75,10 +92,18 @@ class GateConfig:
     # time) ** speed_elasticity, so a run on a slower or faster moment of the machine is compared as if
     # at the baseline run's speed. 0: ratios as measured.
     speed_elasticity: float = 0.0
+    # A speedup verdict is INCONCLUSIVE when current / baseline no-speculation step time is beyond this factor
+    # either way (above it, or below its inverse): past 1.6 no measurement says what the machine does to a
+    # speedup (the elasticity below was measured over step times 1.49-2.42 ms, a range of 1.62x).
+    max_step_ratio: float = 1.6
+    # Within it, a speedup verdict must survive the machine's largest measured effect: its interval widened by
+    # max(r, 1/r) ** max_speed_elasticity both ways (r the step ratio; 0.12: the steepest elasticity measured on
+    # the CI benchmark, docs/ci-gate.md "Machine speed"; 0 turns the allowance off).
+    max_speed_elasticity: float = 0.12
 
 
 SCALARS = {"confidence": float, "n_resamples": int, "seed": int, "min_requests": int, "pooled": bool,
-           "allow_nothing_gated": bool, "speed_elasticity": float}
+           "allow_nothing_gated": bool, "speed_elasticity": float, "max_step_ratio": float, "max_speed_elasticity": float}
 
 
 def load_config(path_or_name: str | Path) -> GateConfig:
@@ -106,7 +131,10 @@ def load_config(path_or_name: str | Path) -> GateConfig:
         elif key in SCALARS:
             if SCALARS[key] is bool and not isinstance(value, bool):
                 raise GateConfigError(f"gate config {path}: {key} must be true or false, got {value!r}")
-            kwargs[key] = SCALARS[key](value)
+            try:
+                kwargs[key] = SCALARS[key](value)
+            except (TypeError, ValueError):
+                raise GateConfigError(f"gate config {path}: {key} must be a {SCALARS[key].__name__}, got {value!r}") from None
         else:
             known = sorted([*gate_stats.METRICS, *SCALARS])
             raise GateConfigError(f"gate config {path}: unknown key {key!r}; known: {known}")
@@ -117,6 +145,10 @@ def load_config(path_or_name: str | Path) -> GateConfig:
         raise GateConfigError(f"gate config {path}: per_cell: false needs pooled: true (else the metric is never gated)")
     if not 0 <= cfg.speed_elasticity < 1:
         raise GateConfigError(f"gate config {path}: speed_elasticity must be in [0, 1), got {cfg.speed_elasticity!r}")
+    if not cfg.max_step_ratio > 1:
+        raise GateConfigError(f"gate config {path}: max_step_ratio must be above 1, got {cfg.max_step_ratio!r}")
+    if not 0 <= cfg.max_speed_elasticity < 1:
+        raise GateConfigError(f"gate config {path}: max_speed_elasticity must be in [0, 1), got {cfg.max_speed_elasticity!r}")
     if not 0.5 <= cfg.confidence < 1 or cfg.n_resamples < 100 or cfg.min_requests < 1:
         raise GateConfigError(f"gate config {path}: need 0.5 <= confidence < 1, n_resamples >= 100, min_requests >= 1")
     return cfg
@@ -181,11 +213,18 @@ class GateReport:
         return not any(c.verdict in JUDGED for c in self.checks)
 
     @property
+    def inconclusive(self) -> list[Check]:
+        """The checks whose verdict the runs could not measure (``measurable``)."""
+        return [c for c in self.checks if c.verdict == INCONCLUSIVE]
+
+    @property
     def exit_code(self) -> int:
         if self.missing or self.prompts_differ or not any(c.cell_id != "ALL" for c in self.checks):
             return EXIT_MISMATCH
         if any(c.verdict in BAD for c in self.checks):
             return EXIT_REGRESSION
+        if self.inconclusive:
+            return EXIT_INCONCLUSIVE
         if self.nothing_gated and not self.config.allow_nothing_gated:
             return EXIT_NOTHING_GATED
         return EXIT_PASS
@@ -195,7 +234,7 @@ class GateReport:
         if self.exit_code == EXIT_PASS and self.nothing_gated:
             return "pass-nothing-gated"
         return {EXIT_PASS: "pass", EXIT_REGRESSION: "regression", EXIT_MISMATCH: "mismatch",
-                EXIT_NOTHING_GATED: "nothing-gated"}[self.exit_code]
+                EXIT_NOTHING_GATED: "nothing-gated", EXIT_INCONCLUSIVE: "inconclusive"}[self.exit_code]
 
 
 def label(row: dict) -> str:
@@ -283,7 +322,8 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
         if reqs_b is None or reqs_c is None:  # only the cell rows: a point comparison
             point_b, point_c = float(b[metric]), float(c[metric])
             ratio = point_c / point_b if point_b > 0 else math.nan
-            est = gate_stats.RatioEstimate(point_b, point_c, ratio, ratio, ratio, int(min(b["n_requests"], c["n_requests"])), np.empty(0))
+            est = gate_stats.RatioEstimate(point_b, point_c, ratio, math.nan, math.nan,
+                                           int(min(b["n_requests"], c["n_requests"])), np.empty(0))
             note = "no per-request records: point estimate, no interval"
         else:
             seed = match_key(b)[:12]  # the settings' hash: the same draws as before cells carried a digest
@@ -303,6 +343,10 @@ def _check_cell(cfg: GateConfig, base_root: Path, cur_root: Path, b: dict, c: di
             verdict, note = INSUFFICIENT, f"{est.n_requests} matched request(s) < min_requests={cfg.min_requests}"
         elif not rule.per_cell:
             verdict, note = INFO, f"not gated per cell ({metric}.per_cell=false): see ALL"
+        elif reqs_b is None or reqs_c is None:  # a point without an interval: as exact as it is
+            verdict = judge(est.ratio, est.ratio, est.ratio, rule.tolerance)
+            if metric in MACHINE_BOUND_METRICS and verdict in (REGRESSED, IMPROVED):  # a timing's point is not exact
+                verdict, note = INCONCLUSIVE, f"{note}: a {verdict} point of a timing is not measured"
         else:
             verdict = judge(est.ratio, est.low, est.high, rule.tolerance)
         note = "; ".join(n for n in (note, shaky) if n)
@@ -343,15 +387,18 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
     report.new = [f"{r['cell_id']} ({label(r)})" for key, r in cur_rows.items() if key not in base_rows]
     estimates: dict[str, list[gate_stats.RatioEstimate]] = {m: [] for m in cfg.rules}
     shaky: dict[str, int] = {m: 0 for m in cfg.rules}  # pooled cells with an unstable side, per metric
+    noise: dict[str, list[float]] = {m: [] for m in cfg.rules}  # the pooled cells' ``noise_sd``, per metric
+    report.step_ratio = step_ratio([(base_rows[k], cur_rows[k]) for k in sorted(set(base_rows) & set(cur_rows))])
     for key in sorted(set(base_rows) & set(cur_rows)):
+        sd = noise_sd(base_rows[key], cur_rows[key])
         for check, est in _check_cell(cfg, Path(baseline), Path(current), base_rows[key], cur_rows[key]):
-            report.checks.append(check)
+            report.checks.append(measurable(check, report.step_ratio, sd, cfg))
             if check.verdict == PROMPTS_DIFFER and check.metric == next(iter(cfg.rules)):
                 report.prompts_differ.append(f"{base_rows[key]['cell_id']} -> {check.cell_id} ({check.label})")
             if est is not None:
                 estimates[check.metric].append(est)
                 shaky[check.metric] += bool(unstable_sides(base_rows[key], cur_rows[key]))
-    report.step_ratio = step_ratio([(base_rows[k], cur_rows[k]) for k in sorted(set(base_rows) & set(cur_rows))])
+                noise[check.metric].append(sd)
     if cfg.pooled:
         for metric, ests in estimates.items():
             if len(ests) < (2 if cfg.rules[metric].per_cell else 1):  # one gated cell: the pool adds nothing
@@ -360,11 +407,71 @@ def run_gate(baseline: Path, current: Path, cfg: GateConfig) -> GateReport:
             tol = cfg.rules[metric].tolerance
             verdict = judge(ratio, low, high, tol) if math.isfinite(ratio) else NA
             note = f"{shaky[metric]} of {len(ests)} cells pooled have an unstable side" if shaky[metric] else ""
-            report.checks.append(
+            pooled_sd = math.sqrt(sum(v * v for v in noise[metric])) / len(noise[metric])  # the log-mean's share
+            report.checks.append(measurable(
                 Check("ALL", f"geometric mean over {len(ests)} cells", metric, math.nan, math.nan, ratio, low, high, tol,
-                      sum(e.n_requests for e in ests), verdict, note, detectable_loss(low, high, tol, cfg.confidence))
-            )
+                      sum(e.n_requests for e in ests), verdict, note, detectable_loss(low, high, tol, cfg.confidence)),
+                report.step_ratio, pooled_sd, cfg))
     return report
+
+
+def noise_sd(b: dict, c: dict) -> float:
+    """The log-scale SD that the unstable sides' own measurement noise adds to a speedup ratio: each unstable
+    side's ``speedup_noise`` (the relative half-width of its repeats-only 95% interval) as log1p(noise) / z,
+    in quadrature. 0 when both sides are stable; NaN when an unstable side has no finite noise (one repeat)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.975)  # the run's interval (protocol confidence 0.95)
+    total = 0.0
+    for row in (b, c):
+        if evidence.is_stable(row):
+            continue
+        v = row.get("speedup_noise")
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            return math.nan
+        total += (math.log1p(v) / z) ** 2
+    return math.sqrt(total)
+
+
+def machine_allowance(steps: float, cfg: GateConfig) -> float:
+    """The factor by which the machine's speed alone may have moved a speedup ratio: max(r, 1/r) ** E, r the step
+    ratio, E the largest measured elasticity left after ``speed_elasticity``'s adjustment; 1 without a step ratio."""
+    if not (math.isfinite(steps) and steps > 0):
+        return 1.0
+    residual = max(cfg.max_speed_elasticity - cfg.speed_elasticity, cfg.speed_elasticity)
+    return max(steps, 1 / steps) ** residual
+
+
+def measurable(check: Check, steps: float, sd: float, cfg: GateConfig) -> Check:
+    """``check`` as the runs could measure it (the module docstring): a speedup verdict becomes INCONCLUSIVE when the
+    machine's step ratio ``steps`` is beyond ``cfg.max_step_ratio`` either way, or when a regression (improvement)
+    does not hold with the machine's allowance (``machine_allowance``) and the unstable cells' noise ``sd``
+    (``noise_sd``; NaN: no estimate) added to its interval. A pass stays a pass within the limit; AL is left as is."""
+    if check.metric not in MACHINE_BOUND_METRICS or check.verdict not in (PASS, IMPROVED, REGRESSED):
+        return check
+
+    def inconclusive(why: str) -> Check:
+        return replace(check, verdict=INCONCLUSIVE, note="; ".join(n for n in (check.note, why) if n))
+
+    limit = cfg.max_step_ratio
+    if math.isfinite(steps) and steps > 0 and not 1 / limit <= steps <= limit:
+        return inconclusive(f"machine speed: no-speculation steps took {steps:.2f}x the baseline run's, beyond "
+                            f"max_step_ratio {limit:g} either way: the speedup ratio may be the machine's")
+    allowance = machine_allowance(steps, cfg)
+    if (sd == 0 and allowance == 1.0) or check.verdict == PASS:  # a wider interval only widens around a pass
+        return check
+    if not math.isfinite(sd):
+        return inconclusive(f"{check.verdict} on an unstable cell without a noise estimate (one repeat): not measured")
+    from ..metrics.speedup import widen
+
+    low, high = widen(check.ratio, check.low, check.high, math.expm1(sd), cfg.confidence) if sd > 0 else (check.low, check.high)
+    low, high = low / allowance, high * allowance
+    what = " and ".join(x for x in (f"the machine's allowance x{allowance:.3f} (steps {steps:.2f}x)" if allowance > 1 else "",
+                                    "the unstable cells' own noise" if sd > 0 else "") if x)
+    if judge(check.ratio, low, high, check.tolerance) == check.verdict:
+        held = f"holds with {what}: [{low:.3f}, {high:.3f}]"
+        return replace(check, note="; ".join(n for n in (check.note, held) if n))
+    return inconclusive(f"{check.verdict} only without {what}; with it [{low:.3f}, {high:.3f}]")
 
 
 def step_ratio(pairs: list[tuple[dict, dict]]) -> float:

@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
-from .core import BAD, DETECT_POWER, EXIT_NOTHING_GATED, EXIT_PASS, INFO, INSUFFICIENT, NA, PROMPTS_DIFFER, GateReport
+from .core import (BAD, DETECT_POWER, EXIT_INCONCLUSIVE, EXIT_NOTHING_GATED, EXIT_PASS, INCONCLUSIVE, INFO, INSUFFICIENT, NA,
+                   PROMPTS_DIFFER, GateReport)
 from ..results.store import atomic_write_text
 
 
@@ -48,6 +49,21 @@ def speed_line(report: GateReport) -> str:
             "the forward pass less): compare runs measured on one machine, close in time")
 
 
+RERUN = ("measure both on one machine, one run after the other: bash scripts/gate-ci.sh (it re-measures the "
+         "baseline's commit here as the reference), or speedbench run the baseline's code and this one back to back "
+         "and gate the two folders (docs/ci-gate.md, \"Same-machine gate\")")
+
+
+def inconclusive_line(report: GateReport) -> str:
+    """The last line of an inconclusive verdict: what could not be measured, and what to do."""
+    checks = report.inconclusive
+    machine = any("machine speed:" in c.note for c in checks)
+    why = ("the machine ran the no-speculation steps at another speed in the two runs" if machine
+           else "unstable cells: the loss is within their own noise")
+    return (f"INCONCLUSIVE: {len(checks)} speedup check(s) not measured ({why}; no regression is claimed, "
+            f"AL is judged as usual); {RERUN}")
+
+
 def format_report(report: GateReport) -> str:
     conf = f"{report.config.confidence:.0%}"
     head = (f"{'cell':<16} {'case':<34} {'metric':<8} {'baseline':>9} {'current':>9} {'ratio':>7} {conf + ' CI':>17} "
@@ -58,7 +74,7 @@ def format_report(report: GateReport) -> str:
         lines.append(
             f"{c.cell_id:<16} {c.label[:34]:<34} {c.metric:<8} {_num(c.baseline):>9} {_num(c.current):>9} "
             f"{_num(c.ratio):>7} {ci:>17} {_num(1 - c.tolerance, '.2f'):>7} {_pct(c.detectable_loss):>7} {c.n_requests:>4}  "
-            f"{c.verdict.upper() if c.verdict in BAD else c.verdict}{'  (' + c.note + ')' if c.note else ''}"
+            f"{c.verdict.upper() if c.verdict in (*BAD, INCONCLUSIVE) else c.verdict}{'  (' + c.note + ')' if c.note else ''}"
         )
     for cell in report.missing:
         lines.append(f"MISSING in current: {cell}")
@@ -77,6 +93,8 @@ def format_report(report: GateReport) -> str:
         tail = "MISMATCH: no cell in common between baseline and current (cell ids hash the settings; compare like with like)"
     elif n_bad:
         tail = f"FAIL: {n_bad} check(s) regressed beyond tolerance (ratio's upper bound < min ok)"
+    elif report.exit_code == EXIT_INCONCLUSIVE:
+        tail = inconclusive_line(report)
     elif report.exit_code == EXIT_NOTHING_GATED:
         tail = (f"NOTHING GATED: no check could be judged (every cell below min_requests={report.config.min_requests} "
                 "or without a usable measurement); a regression would have passed unseen. Run more requests per cell, "
@@ -127,6 +145,9 @@ def write_junit(report: GateReport, path: Path) -> None:
         if c.verdict in BAD:
             failures += 1
             ET.SubElement(case, "failure", message=f"{c.metric} {c.verdict}", type=c.verdict).text = text
+        elif c.verdict == INCONCLUSIVE:
+            errors += 1
+            ET.SubElement(case, "error", message=f"{c.metric} inconclusive: {c.note}", type=INCONCLUSIVE).text = text
         elif c.verdict in (INSUFFICIENT, NA, INFO, PROMPTS_DIFFER):
             skipped += 1
             ET.SubElement(case, "skipped", message=c.note or c.verdict)

@@ -105,8 +105,8 @@ def compare(
     with np.errstate(invalid="ignore", divide="ignore"):
         samples = fn(c, idx, rng) / fn(b, idx, rng)
     finite = samples[np.isfinite(samples)]
-    if finite.size == 0:
-        return RatioEstimate(point_b, point_c, ratio, ratio, ratio, n, np.empty(0))
+    if finite.size == 0:  # no resample measured anything: no interval (never [ratio, ratio])
+        return RatioEstimate(point_b, point_c, ratio, math.nan, math.nan, n, np.empty(0))
     tail = (1.0 - confidence) / 2
     low, high = np.quantile(finite, [tail, 1.0 - tail])
     return RatioEstimate(point_b, point_c, ratio, float(low), float(high), n, samples)
@@ -120,8 +120,8 @@ def pooled(estimates: list[RatioEstimate], confidence: float) -> tuple[float, fl
     point = metrics.geomean([e.ratio for e in usable])
     together = np.asarray(metrics.geomean(np.stack([e.samples for e in usable]), axis=0))
     together = together[np.isfinite(together)]
-    if together.size == 0:
-        return point, point, point
+    if together.size == 0:  # no interval, never [point, point]
+        return point, math.nan, math.nan
     tail = (1.0 - confidence) / 2
     low, high = np.quantile(together, [tail, 1.0 - tail])
     return point, float(low), float(high)

@@ -79,10 +79,12 @@ def _acceptance(cell: pd.Series, spec: pd.DataFrame) -> tuple[dict, str]:
     if not lengths:  # no chunks kept (an imported or offline cell): from the steps' accepted counts
         hist = [int(x) for x in _list(cell.get("accepted_hist"))]
         lengths = {k + 1: n for k, n in enumerate(hist) if n}
+        how = "accepted-draft histogram (no streamed chunks kept)"
+        if not lengths:  # an imported cell: vLLM and AIPerf print per-position acceptance, not a histogram
+            lengths, how = _lengths_from_positions(cell), "per-position acceptance (no streamed chunks or histogram kept)"
         for i, (_, r) in enumerate(spec.iterrows()):
             if int(r.get("n_drafts") or 0) > 0:
                 request_al[str(i)] = {"0": 1 + float(r["accepted"]) / float(r["n_drafts"])}
-        how = "accepted-draft histogram (no streamed chunks kept)"
     out: dict[str, Any] = {"Request_AL": request_al}
     all_al = [a for turns in request_al.values() for a in turns.values()]
     out["Average_AL"] = sum(all_al) / len(all_al) if all_al else float(cell.get("al", math.nan))
@@ -99,6 +101,21 @@ def _acceptance(cell: pd.Series, spec: pd.DataFrame) -> tuple[dict, str]:
         joint[str(k)] = j
     out["Conditional_Acceptance_Rate"], out["Joint_Acceptance_Rate"] = cond, joint
     return out, how
+
+
+def _lengths_from_positions(cell: pd.Series) -> dict[int, int]:
+    """Drafts by acceptance length (1 + accepted) from per-position acceptance p_k (the share of drafts
+    whose position k was accepted, so P(length = 1 + j) = p_j - p_(j+1), p_0 = 1), times the drafts
+    (``n_drafts``, else the accepted tokens over the sum of p_k)."""
+    p = [float(x) for x in _list(cell.get("accepted_per_pos")) if _finite(x)]
+    if not p or sum(p) <= 0:
+        return {}
+    n = float(cell.get("n_drafts") or 0) if _finite(cell.get("n_drafts")) else 0.0
+    if n <= 0 and _finite(cell.get("n_accepted")):
+        n = float(cell["n_accepted"]) / sum(p)
+    shares = [1.0, *p, 0.0]
+    counts = {j + 1: int(round(n * (shares[j] - shares[j + 1]))) for j in range(len(p) + 1)}
+    return {k: v for k, v in counts.items() if v > 0}
 
 
 def _timing(cell: pd.Series, spec: pd.DataFrame) -> dict:
@@ -121,22 +138,38 @@ def _timing(cell: pd.Series, spec: pd.DataFrame) -> dict:
 
 
 def _configuration(cell: pd.Series, prov: dict) -> dict:
+    """``configuration.json`` under the tool's names (its ``dump_env``: run.py's arguments, then the
+    provenance fields); ``container_image`` from ``CONTAINER_IMAGE`` as the tool takes it (its upload
+    script refuses a run without it), the rest speedbench's own provenance."""
+    import os
+
     cfg = (cell.get("extra") or {}).get("config") if isinstance(cell.get("extra"), dict) else None
-    versions = prov.get("versions") or {}
+    versions = dict(prov.get("versions") or prov.get("packages") or {})
+    config = prov.get("config") if isinstance(prov.get("config"), dict) else {}
+    cfg = cfg or config
+    target = (cfg or {}).get("target", {}).get("path") if cfg else cell.get("target")
+    draft = ((cfg or {}).get("drafter") or {}).get("model") if cfg else None
+    conc = int(cell.get("concurrency")) if _finite(cell.get("concurrency")) and cell.get("concurrency") > 0 else 1
     return {
-        "argv": prov.get("argv") or [],
+        "dataset": cell.get("dataset"),
+        "num_requests": int(cell.get("n_requests") or 0),
         "engine": cell.get("backend"),
+        "speculative_algorithm": cell.get("method"),
+        "model_dir": target,
+        "draft_model_dir": draft,
+        "temperature": float(cell["temperature"]) if _finite(cell.get("temperature")) else None,
+        "output_length": int(cell["max_new_tokens"]) if _finite(cell.get("max_new_tokens")) else None,
+        "draft_length": int(cell.get("num_speculative_tokens") or 0),
+        "tp_size": max(1, int(cell.get("n_gpus") or 1)),
+        "concurrency": conc,
         "engine_version": versions.get("vllm") or cell.get("source") or None,
         "gpu": (prov.get("hardware") or {}).get("gpu") or cell.get("device"),
+        "python_version": prov.get("python") if isinstance(prov.get("python"), str) else None,
+        "argv": prov.get("argv") or [],
+        "container_image": os.environ.get("CONTAINER_IMAGE") or None,
+        "checkpoint": {"path": target},
+        "timestamp": prov.get("created_utc") or prov.get("created") or prov.get("timestamp"),
         "versions": versions,
-        "container_image": None,
-        "checkpoint": {"model_dir": (cfg or {}).get("target", {}).get("path") if cfg else cell.get("target"),
-                       "draft_model_dir": ((cfg or {}).get("drafter") or {}).get("model") if cfg else None},
-        "timestamp": prov.get("created") or prov.get("timestamp"),
-        "speculative_algorithm": cell.get("method"),
-        "draft_length": int(cell.get("num_speculative_tokens") or 0),
-        "concurrency": int(cell.get("concurrency")) if _finite(cell.get("concurrency")) and cell.get("concurrency") > 0 else 1,
-        "dataset": cell.get("dataset"),
         "source": cell.get("source") or "speedbench",
         "speedbench_cell_id": cell.get("cell_id"),
     }

@@ -109,6 +109,8 @@ def bucket_speedup(base: Sequence[StepRecord], spec: Sequence[StepRecord], confi
         boot = rb / rs
     boot = boot[np.isfinite(boot)]
     a = (1.0 - confidence) / 2
+    if len(b) < 2 or len(s) < 2:  # one target iteration on a side: nothing to resample, no interval (never [x, x])
+        boot = boot[:0]
     lo, hi = (float(np.quantile(boot, a)), float(np.quantile(boot, 1 - a))) if len(boot) else (NAN, NAN)
     return {"ms_per_token": ms, "ms_per_token_baseline": mb, "speedup": mb / ms,
             "speedup_ci_low": lo, "speedup_ci_high": hi}

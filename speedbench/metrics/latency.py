@@ -20,7 +20,10 @@ Definitions (all from the client's clock; a request's repeats pooled with every 
   ``slo.e2e_ms``) / window (NaN when no SLO is set); each pools the repeats (sums over sums);
 * ``speedup_throughput`` / ``speedup_goodput``: per repeat the ratio spec / baseline of that
   repeat's pair of windows, through the same estimator (and interval) as ``speedup``
-  (``speedup.paired_speedup``, here with one row: the interval comes from the repeats);
+  (``speedup.paired_speedup``, here with one row: the interval comes from the repeats); a window
+  without a positive finite ratio (the baseline met no SLO; speculation met none, ratio 0) is left
+  out, counted (``speedup_<x>_windows``: the usable ones) and named with why
+  (``speedup_<x>_nan_windows``); fewer than two usable windows give no interval (NaN bounds);
 * failures are data: ``failed_requests_*`` counts them; a failed request meets no SLO;
 * load points (``windows``): the throughput and goodput intervals also cover the windows' own
   spread (``speedup.window_interval``), as the TPOT speedup's does;
@@ -130,11 +133,15 @@ def windows(records: Sequence[RequestRecord]) -> dict[int, float]:
     return out
 
 
-def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN) -> dict[int, dict]:
+def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], wall_s: float = NAN,
+               steady: dict[int, dict] | None = None) -> dict[int, dict]:
     """Per repeat: window (s), output tokens, finished and SLO-meeting requests. Without send times the
     pass wall time (``wall_s``, all repeats) is split evenly over the repeats (``shared``: the speedups
-    of throughput and goodput then have a point but no interval)."""
-    wins = windows(records)
+    of throughput and goodput then have a point but no interval). ``steady``: {repeat: {"window", "tokens"}}
+    of the repeats counted over their steady window (``metrics.steady.window_counts``; ``records`` already
+    cut to the requests that finished inside it)."""
+    steady = steady or {}
+    wins = windows(records) | {rep: c["window"] for rep, c in steady.items()}
     shared = bool(wins) and all(math.isnan(w) for w in wins.values()) and math.isfinite(wall_s)
     if shared:
         wins = {k: wall_s / len(wins) for k in wins}
@@ -144,6 +151,8 @@ def per_repeat(records: Sequence[RequestRecord], objectives: dict[str, float], w
         ok = [r for r in these if r.status == STATUS_OK]
         out[rep] = {"window": win, "shared": shared, "tokens": sum(r.n_tokens for r in ok), "ok": len(ok),
                     "good": sum(meets_slo(r, objectives) for r in these) if objectives else NAN}
+        if rep in steady:
+            out[rep]["tokens"] = steady[rep]["tokens"]
     return out
 
 
@@ -154,23 +163,44 @@ def _rate(rows: dict[int, dict], what: str) -> float:
     return float(sum(row[what] for row in rows.values()) / sum(wins))
 
 
+WHAT = {"tokens": ("produced no token", "produced no token"), "good": ("met no SLO", "met no SLO")}
+
+
 def _ratio_speedup(base: dict[int, dict], spec: dict[int, dict], what: str, confidence: float,
-                   n_resamples: int, windows: bool = False) -> tuple[float, float, float]:
-    ratios = []
-    for rep in sorted(base.keys() & spec.keys()):
-        b, s = base[rep], spec[rep]
+                   n_resamples: int, windows: bool = False) -> tuple[float, float, float, int, str]:
+    """(point, low, high, usable windows, the windows left out named with why) of spec / baseline of ``what``
+    per repeat's pair of windows. A window whose ratio is not a positive finite number (a baseline that met
+    no SLO: no ratio; speculation that met none: ratio 0, which no geometric mean takes) is left out of the
+    estimate, counted and named; fewer than two usable windows give no interval."""
+    ratios, why = [], {}
+    for rep in sorted(base.keys() | spec.keys()):
+        b, s = base.get(rep), spec.get(rep)
+        if b is None or s is None:
+            why[rep] = f"no {'baseline' if b is None else 'speculative'} pass"
+            continue
         rb = b[what] / b["window"] if b["window"] > 0 else NAN
         rs = s[what] / s["window"] if s["window"] > 0 else NAN
-        ratios.append(rs / rb if rb > 0 and math.isfinite(rs) else NAN)
+        ratio = rs / rb if rb > 0 and math.isfinite(rs) else NAN
+        if not (math.isfinite(rb) and math.isfinite(rs)):
+            why[rep] = "a pass without a measured window"
+        elif rb <= 0:
+            why[rep] = f"the baseline {WHAT[what][0]}"
+        elif rs <= 0:
+            why[rep] = f"speculation {WHAT[what][1]} (ratio 0)"
+        ratios.append(ratio)
+    from .speedup import name_windows
+
     if not ratios:
-        return NAN, NAN, NAN
+        return NAN, NAN, NAN, 0, name_windows(why)
     est = paired_speedup(np.array([ratios], dtype=float), confidence, n_resamples, windows=windows)
     if any(row["shared"] for row in (*base.values(), *spec.values())):
-        return est.point, NAN, NAN  # one wall time split over the repeats: no per-repeat variation to show
-    return est.point, est.low, est.high
+        # one wall time split over the repeats: no per-repeat variation to show
+        return est.point, NAN, NAN, est.n_repeats, name_windows(why)
+    return est.point, est.low, est.high, est.n_repeats, name_windows(why)
 
 
-def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN) -> dict:
+def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[str, float], wall_s: float = NAN,
+                 steady: dict[int, dict] | None = None) -> dict:
     """Every per-role column of a load point (``<x>_ms_<stat>_<role>``, rates, failures)."""
     ok = [r for r in records if r.status == STATUS_OK]
     out: dict = {}
@@ -178,7 +208,7 @@ def role_columns(records: Sequence[RequestRecord], role: str, objectives: dict[s
                          ("itl", itl_per_chunk(ok)), ("e2e", [r.e2e for r in ok]), ("itl_token", itl_per_token(ok))):
         for stat, v in summary(values).items():
             out[f"{name}_ms_{stat}_{role}"] = v * 1e3
-    rows = per_repeat(records, objectives, wall_s)
+    rows = per_repeat(records, objectives, wall_s, steady)
     out[f"output_tok_s_{role}"] = _rate(rows, "tokens")
     out[f"requests_s_{role}"] = _rate(rows, "ok")
     out[f"goodput_{role}"] = _rate(rows, "good") if objectives else NAN
@@ -223,16 +253,19 @@ def client_columns(base, spec) -> dict:
 
 
 def load_point_columns(base, spec, slo=None, confidence: float = 0.95, n_resamples: int = 1000,
-                       windows: bool = False) -> LoadPointColumns:
+                       windows: bool = False, steady: tuple[dict, dict] | None = None) -> LoadPointColumns:
     """The load-point columns of a cell from its matched passes (``GenerateOutput``s, every repeat); the load
     point's own settings (``concurrency``, ``request_rate``) are the run's (``pipeline.load.columns``);
-    ``windows``: a load point's intervals cover the windows' spread (module docstring)."""
+    ``windows``: a load point's intervals cover the windows' spread (module docstring); ``steady``: the
+    (baseline, spec) ``metrics.steady.window_counts`` of the steady windows the passes were cut to."""
     objectives = slo_set(slo)
-    out = role_columns(base.requests, "baseline", objectives, base.wall_s)
-    out |= role_columns(spec.requests, "spec", objectives, spec.wall_s)
-    rb, rs = per_repeat(base.requests, objectives, base.wall_s), per_repeat(spec.requests, objectives, spec.wall_s)
-    t = _ratio_speedup(rb, rs, "tokens", confidence, n_resamples, windows)
-    out |= {"speedup_throughput": t[0], "speedup_throughput_ci_low": t[1], "speedup_throughput_ci_high": t[2]}
-    g = _ratio_speedup(rb, rs, "good", confidence, n_resamples, windows) if objectives else (NAN, NAN, NAN)
-    out |= {"speedup_goodput": g[0], "speedup_goodput_ci_low": g[1], "speedup_goodput_ci_high": g[2]}
+    sb, ss = steady or (None, None)
+    out = role_columns(base.requests, "baseline", objectives, base.wall_s, sb)
+    out |= role_columns(spec.requests, "spec", objectives, spec.wall_s, ss)
+    rb, rs = per_repeat(base.requests, objectives, base.wall_s, sb), per_repeat(spec.requests, objectives, spec.wall_s, ss)
+    for name, what in (("throughput", "tokens"), ("goodput", "good")):
+        v = _ratio_speedup(rb, rs, what, confidence, n_resamples, windows) if what != "good" or objectives else \
+            (NAN, NAN, NAN, -1, "")
+        out |= {f"speedup_{name}": v[0], f"speedup_{name}_ci_low": v[1], f"speedup_{name}_ci_high": v[2],
+                f"speedup_{name}_windows": v[3], f"speedup_{name}_nan_windows": v[4]}
     return LoadPointColumns(**out, **client_columns(base, spec))

@@ -40,8 +40,9 @@ class SpeedupEstimate:
     high: float
     cv: float  # across repeats (std / mean of per-repeat estimates); NaN with one repeat
     n_requests: int
-    n_repeats: int
+    n_repeats: int  # usable repeats (windows): those with at least one finite paired ratio
     samples: np.ndarray  # bootstrap estimates (for pooling across cells); empty when not bootstrapped
+    nan_windows: tuple[int, ...] = ()  # positions of the repeats without any finite ratio: counted, named, left out
 
     @property
     def rel_half_width(self) -> float:
@@ -108,20 +109,25 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
 
     ``requests=True``: the interval resamples requests and repeats (what the cell reports);
     ``False``: repeats only, the prompts held fixed -- the measurement's own noise, which more
-    repeats shrink (the protocol's stopping rule and ``stable`` use it). With one repeat (and, for
-    ``requests=True``, one request) there is nothing to resample: the interval is NaN, not [point, point].
+    repeats shrink (the protocol's stopping rule and ``stable`` use it). With one usable repeat (and,
+    for ``requests=True``, one request; for a load point, ``windows``, whatever the requests) there is
+    nothing to resample: the interval is NaN, not [point, point].
     NaN entries (a request with one token, a failed pass) are left out; a request with no
-    finite ratio is dropped.
+    finite ratio is dropped; a repeat with no finite ratio (a window that measured nothing) is left out,
+    counted and named (``nan_windows``), never dropped silently: ``n_repeats`` counts the usable ones.
     """
     r = np.asarray(ratios, dtype=float)
     if r.ndim == 1:
         r = r[:, None]
     r = np.where(np.isfinite(r) & (r > 0), r, np.nan)
+    usable = ~np.all(np.isnan(r), axis=0) if r.ndim == 2 and r.shape[0] else np.zeros(r.shape[-1], dtype=bool)
+    nan_windows = tuple(int(i) for i in np.flatnonzero(~usable))
+    r = r[:, usable] if r.ndim == 2 else r
     r = r[~np.all(np.isnan(r), axis=1)] if r.size else r
     n = r.shape[0] if r.ndim == 2 else 0
     m = r.shape[1] if n else 0
     if n == 0:
-        return SpeedupEstimate(NAN, NAN, NAN, NAN, 0, 0, np.empty(0))
+        return SpeedupEstimate(NAN, NAN, NAN, NAN, 0, 0, np.empty(0), nan_windows)
     import warnings
 
     with warnings.catch_warnings():
@@ -130,8 +136,8 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
         per_repeat = geomean(r, axis=0) if m > 1 else np.array([point])
         per_repeat = per_repeat[np.isfinite(per_repeat)]
         cv = float(np.std(per_repeat, ddof=1) / np.mean(per_repeat)) if per_repeat.size > 1 else NAN
-        if m < 2 and (not requests or n < 2):  # one repeat says nothing of the noise: no interval, not a zero-width one
-            return SpeedupEstimate(point, NAN, NAN, cv, n, m, np.empty(0))
+        if m < 2 and (not requests or n < 2 or windows):  # one window says nothing of the noise: no interval,
+            return SpeedupEstimate(point, NAN, NAN, cv, n, m, np.empty(0), nan_windows)  # not a zero-width one
         rng = rng if rng is not None else np.random.default_rng(0)
         rows = rng.integers(0, n, size=(n_resamples, n)) if requests else np.broadcast_to(np.arange(n), (n_resamples, n))
         cols = rng.integers(0, m, size=(n_resamples, n, m))
@@ -139,11 +145,11 @@ def paired_speedup(ratios: np.ndarray, confidence: float = 0.95, n_resamples: in
         est = np.asarray(speedup_of(boot))
     est = est[np.isfinite(est)]
     tail = (1.0 - confidence) / 2
-    low, high = (np.quantile(est, [tail, 1.0 - tail]) if est.size else (point, point))
+    low, high = (np.quantile(est, [tail, 1.0 - tail]) if est.size else (NAN, NAN))  # nothing resampled: no interval
     if windows and m > 1:  # a load point: the windows' own spread, which resampling within them cannot see
         w_low, w_high = window_interval(per_repeat, confidence)
         low, high = min(low, w_low), max(high, w_high)
-    return SpeedupEstimate(point, float(low), float(high), cv, n, m, est)
+    return SpeedupEstimate(point, float(low), float(high), cv, n, m, est, nan_windows)
 
 
 def geomean_interval(points, lows, highs, confidence: float = 0.95) -> tuple[float, float, float]:
@@ -231,7 +237,11 @@ def speedup_columns(base: Sequence[RequestRecord], spec: Sequence[RequestRecord]
     ok_b = [r for r in base if r.status == STATUS_OK]
     ok_s = [r for r in spec if r.status == STATUS_OK]
     ratios = tpot_ratios(ok_b, ok_s)
+    reps = sorted({r.repeat for r in (*base, *spec)})  # every window that ran, measured or not
+    usable = sorted({rep for (i, rep) in {(r.request_id, r.repeat) for r in ok_b} & {(r.request_id, r.repeat) for r in ok_s}})
     est = paired_speedup(ratios, confidence, n_resamples, windows=windows)
+    unmatched = {rep: "no request finished in both passes" for rep in reps if rep not in usable}
+    measured = {usable[i]: "no request with a TPOT in both passes (one token each, or TPOT 0)" for i in est.nan_windows}
     noise = paired_speedup(ratios, confidence, n_resamples, requests=False, windows=windows)
     spread = NAN
     if windows and est.n_repeats > 1:
@@ -240,4 +250,10 @@ def speedup_columns(base: Sequence[RequestRecord], spec: Sequence[RequestRecord]
         spread = (w_high - w_low) / 2 / est.point if est.point > 0 and math.isfinite(w_low) else NAN
     low, high = widen(est.point, est.low, est.high, process_noise, confidence)
     return SpeedupColumns(speedup=est.point, speedup_ci_low=low, speedup_ci_high=high, speedup_cv=est.cv,
-                          speedup_noise=noise.rel_half_width, n_repeats=est.n_repeats, speedup_window_spread=spread)
+                          speedup_noise=noise.rel_half_width, n_repeats=est.n_repeats, speedup_window_spread=spread,
+                          speedup_windows=est.n_repeats, speedup_nan_windows=name_windows({**unmatched, **measured}))
+
+
+def name_windows(why: dict[int, str]) -> str:
+    """The windows (repeats) a speedup left out, each named with why: ``"repeat 1: ..."``, ``"; "``-joined."""
+    return "; ".join(f"repeat {rep}: {text}" for rep, text in sorted(why.items()))

@@ -44,6 +44,7 @@ def turn_rows(base: Sequence[RequestRecord], spec: Sequence[RequestRecord], conf
         if len(ratios):
             logs = np.log(ratios)
             s = float(np.exp(logs.mean()))
+        if len(ratios) > 1:  # one request: nothing to resample, no interval (never [s, s])
             boot = np.exp(logs[np.random.default_rng(k).integers(0, len(logs), (n_resamples, len(logs)))].mean(1))
             a = (1 - confidence) / 2
             lo, hi = float(np.quantile(boot, a)), float(np.quantile(boot, 1 - a))

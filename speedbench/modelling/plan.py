@@ -222,9 +222,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def _check_shape_name(name: str) -> None:
     """``--model-shape`` names a preset (or ``random:``/``builtin:``): refused at once, never looked up on the hub."""
-    import difflib
-
-    from ..console import UsageError
+    from ..console import UsageError, did_you_mean
     from ..models import RANDOM_PRESETS, random_preset
     from .shapes import SHAPE_PRESETS
 
@@ -237,8 +235,8 @@ def _check_shape_name(name: str) -> None:
         raise UsageError(f"--model-shape {name!r}: unknown random preset (known: {', '.join('random:' + p for p in sorted(RANDOM_PRESETS))})") from None
     if name.startswith("builtin:"):
         return  # resolved (or refused with the shipped names) by load_shape
-    close = difflib.get_close_matches(name, list(SHAPE_PRESETS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    close = did_you_mean(name, SHAPE_PRESETS)
+    hint = f"; did you mean {close!r}?" if close else ""
     raise UsageError(f"--model-shape {name!r} is not a shape preset (known: {', '.join(sorted(SHAPE_PRESETS))}){hint}; "
                      "for a config.json, model folder or hub id use --config")
 

@@ -23,6 +23,8 @@ from ..config import AcceptanceConfig, ProtocolConfig, RunConfig
 from ..hashing import stable_hash
 from ..metrics import latency
 from ..metrics.buckets import bucket_notes
+from ..metrics.over_time import over_time_notes
+from ..metrics.steady import steady_note, steady_pass, window_counts
 from ..metrics.trajectory import turn_notes
 from ..redact import redact
 from ..records import IDENTITY_FIELDS, STATUS_FAILED, STATUS_OK, CellIdentity, CellResult, Request
@@ -123,6 +125,23 @@ class PassNotes:
     extra: dict = field(default_factory=dict)
 
 
+WINDOWED_SPEEDUPS = ("speedup", "speedup_throughput", "speedup_goodput")  # each counts its usable windows
+
+
+def window_notes(cell_id: str, values: dict) -> str:
+    """Warn of every window a speedup left out (``<speedup>_nan_windows``, named with why), and return why the cell
+    is not stable on that account: a throughput or goodput speedup measured from fewer than two usable windows
+    (no interval). The TPOT speedup's own case is the protocol's (``instability``: no finite noise)."""
+    reasons = []
+    for name in WINDOWED_SPEEDUPS:
+        left_out, usable = values.get(f"{name}_nan_windows", ""), values.get(f"{name}_windows", -1)
+        if left_out:
+            log.warning("cell %s: %s left out %s (%d usable)", cell_id, name, left_out, usable)
+        if name != "speedup" and 0 <= usable < 2 and math.isfinite(values.get(name, NAN)) and left_out:
+            reasons.append(f"{name} from {usable} usable window(s), no interval ({left_out})")
+    return "; ".join(reasons)
+
+
 def stability(noise_reason: str, n_failed: int) -> dict[str, Any]:
     """``stable`` and ``unstable_reason``: a cell with failed requests is never stable (its interval
     covers the requests that finished, not the point that was asked), whatever its noise."""
@@ -142,8 +161,14 @@ def assemble_cell(
     ok_s = [r for r in spec.requests if r.status == STATUS_OK]
     failed = [r for r in base.requests + spec.requests if r.status != STATUS_OK]
     windows = run is not None and load_active(run.load)  # a load point: windows are the independent units
-    speedup = metrics.speedup_columns(base.requests, spec.requests, cfg.confidence, cfg.n_resamples, windows,
-                                      cfg.process_noise)
+    timed_base, timed_spec, steady, steady_extra = base, spec, None, {}
+    if windows and run.load.steady_state:  # the speedups and load columns from the steady windows only
+        timed_base, base_spans = steady_pass(base, run.load.concurrency, float(run.load.request_rate))
+        timed_spec, spec_spans = steady_pass(spec, run.load.concurrency, float(run.load.request_rate))
+        steady = (window_counts(base, base_spans), window_counts(spec, spec_spans))
+        steady_extra = steady_note(base_spans, spec_spans)
+    speedup = metrics.speedup_columns(timed_base.requests, timed_spec.requests, cfg.confidence, cfg.n_resamples,
+                                      windows, cfg.process_noise)
     values = _columns(
         metrics.acceptance_columns(ok_s, spec.steps, key.num_speculative_tokens, acceptance_cfg,
                                    run.max_new_tokens if run is not None else None),
@@ -152,18 +177,21 @@ def assemble_cell(
         speedup,
         metrics.prediction_columns(base, spec, cfg.confidence),
         metrics.agreement_columns(base.requests, ok_s, key.temperature <= 0),
-        latency.load_point_columns(base, spec, run.slo if run is not None else None, cfg.confidence, cfg.n_resamples,
-                                   windows),
+        latency.load_point_columns(timed_base, timed_spec, run.slo if run is not None else None, cfg.confidence,
+                                   cfg.n_resamples, windows, steady),
     )
     syn = spec.extra.get("synthetic_al")
     values["synthetic_al"] = float(syn) if syn is not None else NAN
     if notes.n_repeats is not None:
         values["n_repeats"] = notes.n_repeats
-    if notes.instability is not None or failed:
-        values |= stability(notes.instability(speedup.speedup_noise) if notes.instability else "", len(failed))
+    few = window_notes(key.cell_id, values)
+    if notes.instability is not None or failed or few:
+        noise = notes.instability(speedup.speedup_noise) if notes.instability else ""
+        values |= stability("; ".join(x for x in (noise, few) if x), len(failed))
     extra = {"tokens_per_step": metrics.tokens_per_step(spec.steps), "n_failed_requests": len(failed), **spec.extra,
              **bucket_notes(spec.steps, base.steps, acceptance_cfg.context_edges, cfg.confidence, cfg.n_resamples),
-             **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples), **notes.extra}
+             **turn_notes(base.requests, ok_s, cfg.confidence, cfg.n_resamples),
+             **over_time_notes(spec.steps, cfg.confidence), **steady_extra, **notes.extra}
     cell = CellResult(
         **_key_fields(key),
         n_requests=len({r.request_id for r in ok_s}),
@@ -200,6 +228,8 @@ def run_columns(cell: CellResult, run: RunConfig, requests: "Sequence[Request]" 
     if concurrency_note(run.load.concurrency, n_point):  # a load point is what ran (pipeline.load.columns)
         extra["concurrency_note"] = concurrency_note(run.load.concurrency, n_point)
         log.warning("cell %s: %s", cell.cell_id, extra["concurrency_note"])
+    if (cell.extra.get("steady_window") or {}).get("warning"):  # load.steady_state (metrics.steady)
+        log.warning("cell %s: %s", cell.cell_id, cell.extra["steady_window"]["warning"])
     if prepared is not None:
         ids = {r.request_id for r in requests}
         extra["on_too_long"] = prepared.on_too_long

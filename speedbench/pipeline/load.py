@@ -9,6 +9,8 @@
   a point see the same arrival times. Both can be set: arrivals at the rate, at most C in flight.
 * ``load.num_requests``: requests per point (the cell's prompts cycled, each copy its own id
   ``<id>#k``); ``load.warmup_requests``: warm-up requests before the point, never measured.
+* ``load.steady_state``: count only each pass's steady window (no ramp, no drain; ``metrics.steady``),
+  recorded per pass and repeat in ``extra.steady_window``; the cell id carries it.
 * ``load.duration_s``: a duration per window instead of a count. The count is fixed once per
   point, before anything is measured, so the baseline and speculative windows still run the same
   requests (a matched pair): ``ceil(request_rate x duration_s)`` in open loop; in closed loop
@@ -48,6 +50,8 @@ def identity(load) -> dict[str, Any] | None:
         ident["duration_s"] = float(load.duration_s)
     if math.isfinite(load.request_rate):
         ident |= {"request_rate": float(load.request_rate), "burstiness": float(load.burstiness)}
+    if getattr(load, "steady_state", False):  # set only when on: ids of points counted whole stay as they were
+        ident["steady_state"] = True
     return ident
 
 
@@ -142,6 +146,11 @@ def load_problems(run) -> list[str]:
         elif not math.isfinite(ld.request_rate) and (ld.warmup_requests == 0 or (ld.warmup_requests is None
                                                                                   and not run.warmup_batches)):
             p.append("load.duration_s in closed loop is sized from the warm-up: load.warmup_requests must be >= 1")
+    steady = getattr(ld, "steady_state", False)
+    if not isinstance(steady, bool):
+        p.append(f"load.steady_state must be true or false, got {steady!r}")
+    elif steady and ld.concurrency is None and not math.isfinite(ld.request_rate):
+        p.append("load.steady_state needs a load point: set load.concurrency or load.request_rate")
     if bad_int("warmup_requests", ld.warmup_requests, 0):
         p.append(f"load.warmup_requests must be an integer >= 0 (or unset), got {ld.warmup_requests!r}")
     if not (isinstance(ld.request_rate, (int, float)) and ld.request_rate > 0):

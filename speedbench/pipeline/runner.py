@@ -258,6 +258,16 @@ def _overall_cell(run: RunConfig, store: ResultsStore, bucket: str, parts: list[
 
 
 def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progress: bool, prepared) -> list[CellResult]:
+    bars = _Progress(todo, progress, run)
+    try:
+        return _measure_with(run, requests, store, todo, logger, prepared, bars)
+    finally:
+        bars.close()
+
+
+def _measure_with(run: RunConfig, requests, store: ResultsStore, todo, logger, prepared, bars: "_Progress") -> list[CellResult]:
+    bars.phase(f"starting the engine (backend={run.backend.name}: loading target {run.target.path}"
+               + (f", drafter {run.drafter.name}" if not is_baseline(run.drafter.method) else "") + ")")
     backend = get_backend(run)
     backend.attach_run_folder(store.root)
     try:  # a server or engine that cannot start: every cell is recorded failed with the reason, nothing else lost
@@ -282,12 +292,12 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
     if not_started:
         return all_failed(not_started)
     try:
+        bars.phase("warm-up (excluded from every metric)")
         warmup_s, warm_rate = warm_up(backend, run, requests)
     except Exception as exc:  # the engine cannot run at all: record every cell as failed
         log.exception("warm-up failed")
         return all_failed(f"warm-up: {type(exc).__name__}: {exc}")
 
-    bars = _Progress(todo, progress, run)
     threads = int(info.get("torch_threads", 0)) if backend.in_process else 0
     done: dict[str, CellResult] = {}
     started, given = [], {}
@@ -313,7 +323,9 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             given[key.cell_id] = (reqs, sizing)
         except Exception as exc:  # noqa: BLE001
             failed(key, reqs, exc)
-    for key, m in protocol.in_rounds(started, interleave=run.protocol.cell_order == "rounds"):
+    announced = [(key, _Announced(key, m, bars)) for key, m in started]
+    for key, m in protocol.in_rounds(announced, interleave=run.protocol.cell_order == "rounds"):
+        m = m.measurement if isinstance(m, _Announced) else m
         reqs, sizing = given[key.cell_id]
         if isinstance(m, Exception):  # a pass raised: the cell left the rotation
             failed(key, reqs, m)
@@ -327,8 +339,23 @@ def _measure(run: RunConfig, requests, store: ResultsStore, todo, logger, progre
             raise  # cannot be rebuilt (a corrupt cell file): the cells written stay as they are; stop, named
         except Exception as exc:  # noqa: BLE001
             failed(key, reqs, exc)
-    bars.close()
     return [done[k.cell_id] for k, _ in todo if k.cell_id in done]
+
+
+class _Announced:
+    """A cell's measurement that tells the progress which cell and repeat run now (``in_rounds`` calls
+    ``run_repeat``; everything else is the measurement's own)."""
+
+    def __init__(self, key: CellKey, measurement: "protocol.CellMeasurement", bars: "_Progress") -> None:
+        self.key, self.measurement, self.bars, self.repeats = key, measurement, bars, 0
+
+    def run_repeat(self) -> None:
+        self.repeats += 1
+        self.bars.measuring(self.key, self.repeats)
+        self.measurement.run_repeat()
+
+    def __getattr__(self, name):
+        return getattr(self.measurement, name)
 
 
 def _measured_cell(key: CellKey, m: "protocol.Measured", run: RunConfig, reqs, sizing, warmup_s: float, device: str,
@@ -350,31 +377,55 @@ def _measured_cell(key: CellKey, m: "protocol.Measured", run: RunConfig, reqs, s
 
 
 class _Progress:
-    """Two bars: cells, and requests (each cell runs its requests twice: baseline and speculative)."""
+    """Two bars on a terminal: cells, and requests (each cell runs its requests twice: baseline and
+    speculative). Where no bars are drawn (output piped into a log), a heartbeat line instead, at
+    least every ``console.heartbeat_interval()`` seconds: the phase (engine start, warm-up, which
+    cell and repeat) and how far the run got."""
 
     def __init__(self, todo, enabled: bool, run: RunConfig) -> None:
         from tqdm.auto import tqdm
 
-        from ..console import progress_enabled
-
-        enabled = enabled and progress_enabled(run.progress)
         from ..columns import load_label
+        from ..console import Heartbeat, heartbeat_interval, progress_enabled
 
+        bars = enabled and progress_enabled(run.progress)
         load = getattr(run, "load", None)  # a load point is named by its C or rate, never by B
         point = load_label({"concurrency": getattr(load, "concurrency", None) or -1,
                             "request_rate": getattr(load, "request_rate", float("inf"))}).strip()
-        desc = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} {point or f'B={run.batch_size}'}"
-        self.cells = tqdm(total=len(todo), desc=desc, unit="cell", disable=not enabled, position=0)
+        self.what = f"{run.drafter.name} D={run.drafter.num_speculative_tokens} {point or f'B={run.batch_size}'}"
+        self.cells = tqdm(total=len(todo), desc=self.what, unit="cell", disable=not bars, position=0)
         # each cell runs its requests twice (baseline, speculative) per repeat; the repeats are not known ahead
-        self._requests = tqdm(desc="requests", unit="req", disable=not enabled, position=1, leave=False)
+        self._requests = tqdm(desc="requests", unit="req", disable=not bars, position=1, leave=False)
+        self.n_cells, self.n_done, self.n_requests = len(todo), 0, 0
+        self.heartbeat = Heartbeat(heartbeat_interval() if enabled and not bars else 0)
+        self._cell = ""
+
+    def phase(self, text: str) -> None:
+        self.heartbeat.phase(text)
+
+    def measuring(self, key: CellKey, repeat: int) -> None:
+        where = key.category + (f"/{key.context_bucket}" if key.context_bucket else "")
+        self._cell = f"{self.what} {where}, repeat {repeat}"
+        self._tell()
+
+    def _tell(self) -> None:
+        if not self._cell:  # no cell is measuring yet (one failed before it started)
+            return
+        self.heartbeat.phase(f"measuring {self._cell}",
+                             f"{self.n_done} of {self.n_cells} cells written, {self.n_requests} requests run")
 
     def cell_done(self) -> None:
         self.cells.update(1)
+        self.n_done += 1
+        self._tell()
 
     def requests_done(self, n: int) -> None:
         self._requests.update(n)
+        self.n_requests += n
+        self._tell()
 
     def close(self) -> None:
+        self.heartbeat.close()
         self._requests.close()
         self.cells.close()
 

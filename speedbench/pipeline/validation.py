@@ -208,6 +208,11 @@ def check_models(run) -> tuple[list[str], dict[str, Any] | None]:
         p.append(f"target.path={run.target.path!r}: {exc}")
     if not entry.local_models:
         return p, target
+    if target is not None:  # the target loads before any cell: a broken file would end the run, not a cell
+        try:
+            models.check_weights(run.target.path)
+        except ValueError as exc:
+            p.append(f"target.path={run.target.path!r}: {exc}")
     draft, method = None, drafters.method(d.method)
     if method.needs_model and method.runs_on(entry.build):
         model = getattr(d, "model", None) or d.engine_args.get("model")

@@ -95,8 +95,8 @@ def _best_d(sec: Section, data) -> None:
             sec.text(f"**{name}**: no best D per context bucket ({exc}).")
             continue
         table = pd.DataFrame([{sched.base.load_column: c.load, "context": int(c.context_bucket),
-                               "best D": c.D if c.decided else "n/a", "speedup": c.speedup,
-                               "interval": _iv(*c.ci), "evidence": c.evidence} for c in sched.base.table])
+                               "best D": c.k_label, "speedup": c.shown[0], "of D": c.shown[2],
+                               "interval": _iv(*c.shown[1]), "evidence": c.evidence} for c in sched.base.table])
         table = table.sort_values([sched.base.load_column, "context"])
         sec.table(table, f"{name}: the best D per load and live-context bucket (the rules of `speedbench schedule "
                          "RESULTS --by context`: the smallest D whose interval overlaps the best's among those "

@@ -60,7 +60,7 @@ def build(data, out: Path) -> Section:
             sec.text(f"**{name}**: no schedule ({exc}).")
             continue
         frame = pd.DataFrame([{sched.load_column: c.load, "context bucket": c.context_bucket or "-",
-                               "K": c.D if c.decided else "n/a", "speedup": c.speedup, "interval": _iv(c.ci),
+                               "K": c.k_label, "speedup": c.shown[0], "of D": c.shown[2], "interval": _iv(c.shown[1]),
                                "evidence": c.evidence,
                                "cells": ", ".join(c.cells)} for c in sched.table])
         sec.text(f"**{name}** (load = {sched.load_column}, as each cell ran): `num_speculative_tokens_per_batch_size` = "

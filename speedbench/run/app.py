@@ -18,7 +18,7 @@ from ..paths import conf_dir
 from ..results.layout import RunFolder
 from . import verdict as verdicts
 from .argv import OwnOptions, hydra_error_line, is_multirun, split_run_argv
-from .errors import RESULTS_FAULTS, REFUSALS, Refusals, refusal_text, unfinished_job
+from .errors import RESULTS_FAULTS, REFUSALS, Refusals, composition_lines, refusal_text, unfinished_job
 
 
 @dataclass
@@ -141,7 +141,10 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
     full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises what went wrong; _outcomes() makes it one line
     try:
-        app()
+        if "--help" in argv or "-h" in argv:
+            _help(app)
+        else:
+            app()
     except BaseException as exc:  # noqa: BLE001 - each kind has its row in _outcomes(); the rest is raised
         code = _exit_code(exc, state, gate)
         if code is _RAISE:
@@ -160,6 +163,21 @@ def _launch(argv: list[str], state: Invocation) -> tuple[int, bool]:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return _finish(state, swept)
+
+
+def _help(app) -> None:
+    """Hydra's ``--help`` without the internal schema names among the groups' options."""
+    import contextlib
+    import io
+
+    from ..config.hydra import hide_internal_help
+
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            app()
+    finally:
+        sys.stdout.write(hide_internal_help(text.getvalue()))
 
 
 _RAISE, _FINISH = object(), object()  # not ours to turn into a code; Hydra's normal exit (go on to the summary)
@@ -239,7 +257,11 @@ def _compose_error(exc, state: Invocation, gate):
     cause = exc
     while cause is not None and not isinstance(cause, ConfigError):
         cause = cause.__cause__ or cause.__context__
-    return _refused_by_hydra(exc, state, gate) if cause is None else _refuse(state, gate, lambda held: str(cause))
+    if cause is not None:
+        return _refuse(state, gate, lambda held: str(cause))
+    if (lines := composition_lines(exc, sys.argv[1:])) is not None:  # a group option, key or type the config does not have
+        return _refuse(state, gate, lambda held: "\n".join(lines))
+    return _refused_by_hydra(exc, state, gate)
 
 
 def _other_error(exc, state: Invocation, gate):
@@ -269,7 +291,7 @@ def _finish(state: Invocation, sweep: verdicts.Verdict | None) -> tuple[int, boo
         message = judged.message() if judged is not None and not judged.ok and code != 2 else None
         ok = code == 0
     output.report(root, code=code, verdict=message, verdict_ok=ok, json_path=state.own.json, wandb_dir=state.wandb_dir,
-                  wide=state.own.wide, since=state.started_at)
+                  wide=state.own.wide, since=state.started_at, error=state.refusals.last if code == 2 else None)
     return code, True
 
 

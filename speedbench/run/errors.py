@@ -11,7 +11,7 @@ import sys
 from omegaconf.errors import OmegaConfBaseException
 
 from ..config import ConfigError
-from ..config.hydra import omegaconf_line
+from ..config.hydra import missing_option_lines, omegaconf_line
 from ..console import UsageError, error_line
 from ..data.errors import DatasetError
 from ..results.store import ResultsReadError, ResultsWriteError
@@ -23,8 +23,25 @@ REFUSALS: tuple[type[BaseException], ...] = (ConfigError, DatasetError, OmegaCon
 RESULTS_FAULTS = (ResultsReadError, ResultsWriteError)  # the folder's table cannot be read or written
 
 
+def composition_lines(exc: BaseException, argv: list[str] | tuple[str, ...] = ()) -> list[str] | None:
+    """Hydra's composition errors with the help its own text has or lacks: a group option that is not
+    there (a did-you-mean and the group's options, :func:`~speedbench.config.hydra.missing_option_lines`),
+    an override of a key the schema lacks (the closest key) or of the wrong type (the type expected);
+    None for anything else."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    if isinstance(exc, MissingConfigException):
+        return missing_option_lines(exc, argv) or [error_line(exc)]
+    cause = exc.__cause__
+    if isinstance(exc, ConfigCompositionException) and isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        return [omegaconf_line(cause)]
+    return None
+
+
 def refusal_lines(exc: BaseException) -> list[str] | None:
     """The lines that say why ``exc`` refused the run (None: ``exc`` is not a refusal)."""
+    if (composed := composition_lines(exc)) is not None:  # one problem (a sweep's job list names one per line)
+        return ["; ".join(line.strip() for line in composed)]
     if isinstance(exc, ConfigError):
         return list(exc.problems)
     if isinstance(exc, OmegaConfBaseException):

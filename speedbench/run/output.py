@@ -6,7 +6,9 @@
 * where W&B offline runs went, when ``logger=wandb`` (offline) wrote some;
 * ``<results_dir>/latest``: a symlink to the run folder (a one-line file where symlinks
   cannot be made), so scripts find the newest run without parsing output;
-* ``--json FILE``: the cell table, the results path and the exit code for scripts.
+* ``--json FILE``: the cell table, the results path and the exit code for scripts;
+* last, the report's pick as one line (``report.pick``: ``pick: ...``, ``nothing beats plain
+  decoding (...)`` or ``undecided: ...``), per batch size or load point.
 """
 from __future__ import annotations
 
@@ -92,11 +94,16 @@ def added_by_this_invocation(root: Path, table, since: float | None):
 
 
 def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json_path: str | None,
-           wandb_dir: Path | None = None, wide: bool = False, since: float | None = None) -> None:
+           wandb_dir: Path | None = None, wide: bool = False, since: float | None = None,
+           error: str | None = None) -> None:
+    """The table and the ``--json`` summary of a run folder; ``error``: why the run was refused (exit 2)
+    while its folder already held cells (kept; the summary says why nothing new ran, as ``refused`` does)."""
     from ..pipeline.summary import format_table
 
     root = Path(root)
     data = summary(root, code, verdict)
+    if error is not None:
+        data["error"] = error
     point_latest(root)
     to_stdout_json = json_path == "-"
     out = sys.stderr if to_stdout_json else sys.stdout
@@ -112,9 +119,25 @@ def report(root: Path, *, code: int, verdict: str | None, verdict_ok: bool, json
         print(f"W&B offline runs: {wandb_dir}  (upload: wandb sync {wandb_dir}/offline-run-*)", file=out)
     if verdict:
         print(verdict, file=sys.stderr if not verdict_ok else out)
+    for line in picks(root):
+        print(line, file=out)
     if json_path:
         text = strict_json(data)
         if to_stdout_json:
             sys.stdout.write(text)
         else:
             atomic_write_text(Path(json_path), text)
+
+
+def picks(root: Path) -> list[str]:
+    """The report's *What to pick* as the run's last line(s) (``report.pick``); a folder the report
+    cannot read gets one line saying so (the cells are written; the table above is the run's)."""
+    import logging
+
+    from ..report.pick import pick_lines
+
+    try:
+        return pick_lines(root)
+    except Exception as exc:  # noqa: BLE001 - the pick restates the report; it must not turn a finished run into a crash
+        logging.getLogger(__name__).debug("pick line failed", exc_info=True)
+        return [f"pick: n/a (the report could not read {root}: {type(exc).__name__}: {exc})"]

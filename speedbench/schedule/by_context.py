@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .pick import DEFAULT_CAP, Schedule, ScheduleError, build_rows, measurement_rows, to_ranges
+from .pick import DEFAULT_CAP, NO_VERDICT, UNDECIDED, Schedule, ScheduleError, build_rows, k_by_load, measurement_rows, to_ranges
 
 CONTEXT_END = 1 << 30  # the last context range's end (tokens; a longer context keeps its K)
 KEEP = ("cell_id", "drafter", "method", "num_speculative_tokens", "batch_size", "batch_size_run", "concurrency",
@@ -45,12 +45,20 @@ def _nan(v) -> float:
 @dataclass
 class ContextSchedule:
     base: Schedule  # the table over (load, bucket); its ranges are the smallest K over buckets
-    per_bucket: dict[int, list[list[int]]] = field(default_factory=dict)  # edge -> vLLM batch ranges
+    per_bucket: dict[int, list[list]] = field(default_factory=dict)  # edge -> vLLM batch ranges (K may be undecided)
     skipped: list[int] = field(default_factory=list)  # buckets with no verdict at any load
 
     @property
-    def plan(self) -> list[list]:
-        """The reference engine's (batch, context) schedule: [ctx_start, ctx_end, ranges] per bucket."""
+    def deployable(self) -> dict[int, list[list[int]]]:
+        """The buckets whose batch schedule has no undecided range (``pick``: never deploy an undecided K)."""
+        return {e: r for e, r in self.per_bucket.items() if not any(k == UNDECIDED for _, _, k in r)}
+
+    @property
+    def plan(self) -> list[list] | None:
+        """The reference engine's (batch, context) schedule: [ctx_start, ctx_end, ranges] per bucket; None while a
+        bucket's schedule holds an undecided range."""
+        if not self.per_bucket or len(self.deployable) < len(self.per_bucket):
+            return None
         edges = sorted(self.per_bucket)
         ends = [e - 1 for e in edges[1:]] + [max(CONTEXT_END, edges[-1])]
         return [[0 if i == 0 else e, end, self.per_bucket[e]] for i, (e, end) in enumerate(zip(edges, ends))]
@@ -60,32 +68,34 @@ class ContextSchedule:
         if self.skipped:
             out.append(f"no schedule for context bucket(s) {', '.join(map(str, self.skipped))}: no load point "
                        "there has a D with a measured interval")
+        held = sorted(set(self.per_bucket) - set(self.deployable))
+        if held:
+            out.append(f"not deployable for context bucket(s) {', '.join(map(str, held))}: K undecided at some load "
+                       "(their vLLM schedule is left out, and so is the reference engine's (batch, context) plan)")
         return out
 
     def to_json(self) -> dict:
         js = self.base.to_json()
         return {**js, "by": "batch,context",
-                "num_speculative_tokens_per_batch_size_by_context": {str(k): v for k, v in self.per_bucket.items()},
+                "num_speculative_tokens_per_batch_size_by_context": {str(k): v for k, v in self.deployable.items()},
+                "ranges_by_context": {str(k): v for k, v in self.per_bucket.items()},
                 "schedule_by_context": self.plan, "skipped_buckets": self.skipped, "notes": self.notes()}
 
 
-def build(data, drafter: str | None = None, cap: int = DEFAULT_CAP) -> ContextSchedule:
+def build(data, drafter: str | None = None, cap: int = DEFAULT_CAP, decide_unstable: bool = False,
+          extrapolate: bool = False) -> ContextSchedule:
     rows = context_rows(measurement_rows(data))
     if rows.empty:
         raise ScheduleError("no cell has a per-context speedup (extra.by_context with a baseline pairing): "
                             "--by context needs cells from this version of speedbench on an engine that records "
                             "each step's context")
-    base = build_rows(rows, drafter, None, cap)
+    base = build_rows(rows, drafter, None, cap, decide_unstable, extrapolate)
     base.table.sort(key=lambda c: (c.load, int(c.context_bucket)))  # buckets in token order, not as text
-    per: dict[int, dict[int, int]] = {}
-    for c in base.table:
-        per.setdefault(int(c.context_bucket), {})
-        if c.decided:
-            per[int(c.context_bucket)][c.load] = c.D
     sched = ContextSchedule(base)
-    for edge in sorted(per):
-        if per[edge]:
-            sched.per_bucket[edge] = to_ranges(per[edge], cap)
-        else:
+    for edge in sorted({int(c.context_bucket) for c in base.table}):
+        mine = [c for c in base.table if int(c.context_bucket) == edge]
+        if all(c.verdict == NO_VERDICT for c in mine):
             sched.skipped.append(edge)
+        else:
+            sched.per_bucket[edge] = to_ranges(k_by_load(mine, decide_unstable), cap, extrapolate)
     return sched

@@ -1,5 +1,10 @@
 """``speedbench schedule RESULTS [--out FILE] [--drafter NAME] [--by batch|context|batch,context] [--context-bucket B]
-[--cap N] [--verify]``.
+[--cap N] [--extrapolate] [--decide-unstable] [--verify]``.
+
+A load point that decides nothing (no D beats no speculation and some D's interval reaches 1, or a cell is
+unstable) is ``undecided``, never K=0, with the budget that would decide it (``pick.decide_budget``); while a
+range is undecided the schedule is written (the table, the ranges with ``"undecided"``) but not as a deployable
+vLLM setting: ``num_speculative_tokens_per_batch_size`` is null and no ``--speculative-config`` line is printed.
 
 ``--by batch`` (default): K per load (the cells' dataset context bucket: ``--context-bucket``). ``--by context``
 (= ``batch,context``): K per load and live-context bucket from each cell's ``extra.by_context``; one vLLM
@@ -31,7 +36,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                              "context, one vLLM schedule per context bucket)")
     parser.add_argument("--context-bucket", default=None,
                         help="the context bucket that sets K (default: per load, the smallest K over buckets)")
-    parser.add_argument("--cap", type=int, default=DEFAULT_CAP, help=f"end of the last range (default {DEFAULT_CAP})")
+    parser.add_argument("--cap", type=int, default=DEFAULT_CAP,
+                        help=f"end of the last range with --extrapolate (default {DEFAULT_CAP})")
+    parser.add_argument("--extrapolate", action="store_true",
+                        help="run the last range to --cap (default: it ends at the largest measured load)")
+    parser.add_argument("--decide-unstable", action="store_true",
+                        help="decide points whose interval straddles 1 (K=0) or whose cells are unstable as if they "
+                             "were measured (default: undecided, not deployable)")
     parser.add_argument("--verify", action="store_true",
                         help="check the cells that ran a schedule against the best static D at each load point")
 
@@ -62,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
         elif by_context:
             return _emit_by_context(args, data)
         else:
-            sched = build(data, args.drafter, args.context_bucket, args.cap)
+            sched = build(data, args.drafter, args.context_bucket, args.cap, _decide(args), _extrapolate(args))
     except (FileNotFoundError, ScheduleError) as exc:
         print(f"speedbench schedule: {exc}", file=sys.stderr)
         return 2
@@ -83,14 +94,29 @@ def main(args: argparse.Namespace) -> int:
     if out is None:
         return 2
     _print_table(sched, sched.notes())
-    ranges = sched.ranges
+    ranges = sched.deployable_ranges
+    if ranges is None:
+        print("ranges:", json.dumps(sched.ranges))
+        print("NOT DEPLOYABLE: K undecided at loads " + ", ".join(f"{a}..{b}" for a, b in sched.undecided)
+              + " (no vLLM setting written); measure those points at the budget named above, or pass "
+              "--decide-unstable to decide from these cells as they are")
+        print(f"schedule: {out}")
+        return 0
     print("num_speculative_tokens_per_batch_size:", json.dumps(ranges))
-    print(f"--speculative-config '{{\"num_speculative_tokens\": {max((r[2] for r in ranges), default=0)}, "
+    print(f"--speculative-config '{{\"num_speculative_tokens\": {sched.max_k}, "
           f"\"num_speculative_tokens_per_batch_size\": {json.dumps(ranges)}, ...}}' (add method and model)")
-    cap = max(1, max((r[2] for r in ranges), default=0))
-    print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{json.dumps(ranges).replace(' ', '')}' (speedbench run)")
+    print(f"drafter.num_speculative_tokens={max(1, sched.max_k)} drafter.schedule='{json.dumps(ranges).replace(' ', '')}' "
+          "(speedbench run)")
     print(f"schedule: {out}")
     return 0
+
+
+def _decide(args) -> bool:
+    return bool(getattr(args, "decide_unstable", False))
+
+
+def _extrapolate(args) -> bool:
+    return bool(getattr(args, "extrapolate", False))
 
 
 def _write(args, text: str) -> Path | None:
@@ -108,10 +134,12 @@ def _write(args, text: str) -> Path | None:
 
 def _print_table(sched, notes) -> None:
     print(f"drafter {sched.drafter}; load = {sched.load_column}")
-    print(f"{'load':>6} {'bucket':<10} {'K':>3} {'speedup':>8} {'interval':<16} {'evidence':<30} cells")
-    for c in sched.table:
-        print(f"{c.load:>6} {c.context_bucket:<10} {c.D if c.decided else 'n/a':>3} {_f(c.speedup):>8} "
-              f"{_iv(c.ci):<16} {c.evidence:<30} {','.join(c.cells)}")
+    print(f"{'load':>6} {'bucket':<10} {'K':>9} {'speedup':>8} {'interval':<16} {'of':<4} {'evidence':<30} cells")
+    for c in sched.table:  # the chosen K's speedup, or (K=0, undecided) the best measured D's: a number where one was measured
+        s, ci, d = c.shown
+        of = f"D={d}" if d >= 0 else "-"
+        print(f"{c.load:>6} {c.context_bucket:<10} {c.k_label:>9} {_f(s):>8} {_iv(ci):<16} {of:<4} {c.evidence:<30} "
+              f"{','.join(c.cells)}")
     for line in notes:
         print(f"note: {line}")
 
@@ -120,7 +148,7 @@ def _emit_by_context(args, data) -> int:
     """``--by context``: the (load, live-context bucket) table, one vLLM schedule per bucket, the engine's plan."""
     from .by_context import build as build_by_context
 
-    sched = build_by_context(data, args.drafter, args.cap)
+    sched = build_by_context(data, args.drafter, args.cap, _decide(args), _extrapolate(args))
     out = _write(args, json.dumps(sched.to_json(), indent=2))
     if out is None:
         return 2
@@ -128,9 +156,14 @@ def _emit_by_context(args, data) -> int:
     print("(bucket = the live context's lower edge, tokens; speedup and interval: that bucket's steps against the "
           "baseline's steps in the same bucket, percentile bootstrap over target iterations)")
     for edge, ranges in sched.per_bucket.items():
-        print(f"context >= {edge}: num_speculative_tokens_per_batch_size: {json.dumps(ranges)}")
-    plan = json.dumps(sched.plan).replace(" ", "")
-    cap = max(1, max((r[2] for _, _, rr in sched.plan for r in rr), default=0))
-    print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{plan}' (speedbench run, backend=torch)")
+        ok = edge in sched.deployable
+        print(f"context >= {edge}: " + (f"num_speculative_tokens_per_batch_size: {json.dumps(ranges)}" if ok else
+                                        f"NOT DEPLOYABLE (K undecided): ranges {json.dumps(ranges)}"))
+    if sched.plan is None:
+        print("no (batch, context) plan: a bucket's K is undecided (measure at the budget named, or --decide-unstable)")
+    else:
+        plan = json.dumps(sched.plan).replace(" ", "")
+        cap = max(1, max((r[2] for _, _, rr in sched.plan for r in rr), default=0))
+        print(f"drafter.num_speculative_tokens={cap} drafter.schedule='{plan}' (speedbench run, backend=torch)")
     print(f"schedule: {out}")
     return 0

@@ -45,7 +45,10 @@ def test_a_piped_sweep_has_no_control_codes_one_table_and_one_verdict(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     both = proc.stdout + proc.stderr
     assert "\r" not in both and "\x1b[" not in both  # no progress bars, no cursor movement
-    assert proc.stdout.count("results: ") == 1 and proc.stdout.count("speedup") == 1  # one table per invocation
+    picks = [ln for ln in proc.stdout.splitlines() if ln.startswith(("pick: ", "undecided: ", "nothing beats plain"))]
+    table = "\n".join(ln for ln in proc.stdout.splitlines() if ln not in picks)
+    assert table.count("results: ") == 1 and table.count("speedup") == 1  # one table per invocation
+    assert len(picks) == 1 and proc.stdout.strip().endswith(picks[0])  # and one pick (one B), last
     assert both.count("cells failed") == 1  # the sweep verdict, once
     assert "INFO httpx" not in both
     summary = json.loads((tmp_path / "out.json").read_text())
@@ -92,7 +95,6 @@ def test_minus_m_and_hydra_flags_anywhere():
 
 def test_run_errors_are_one_line(tmp_path):
     assert "num_speculativ_tokens" in one_line_error(cli(tmp_path, "run", "drafter.num_speculativ_tokens=3"))
-    assert "dataset/nope" in one_line_error(cli(tmp_path, "run", "dataset=nope"))
     assert "--bogus" in one_line_error(cli(tmp_path, "run", "--bogus"))
     assert "--json" in one_line_error(cli(tmp_path, "run", "--json"))
     assert "batch_size" in one_line_error(cli(tmp_path, "run", f"results_dir={tmp_path}", "batch_size=0"))
@@ -195,3 +197,107 @@ def test_a_refused_run_still_writes_its_json(tmp_path):
     proc = cli(tmp_path, "run", "dataset=nope", "--json", "-")
     assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2  # stdout: the JSON alone
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*"))  # nothing written
+
+
+def test_a_truncated_target_is_one_line_naming_the_file_and_keeps_what_was_measured(tmp_path):
+    """A half-finished copy of the target's model.safetensors is refused before any model loads (issue 54
+    item 3: it ended in a SafetensorError traceback, exit 1, no --json summary): one line naming the file,
+    exit 2, the summary written, the cells already in the run folder kept."""
+    import shutil
+
+    from speedbench.models import resolve_path
+
+    target = tmp_path / "half-target"
+    shutil.copytree(resolve_path("builtin:tiny-target"), target)
+    weights = target / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    results = tmp_path / "r"
+    measured = cli(tmp_path, "run", f"results_dir={results}", "run_id=keep", "backend=synthetic", "dataset=smoke",
+                   "dataset.categories=[coding]")
+    assert measured.returncode == 0, measured.stderr[-2000:]
+    before = sorted(p.name for p in (results / "keep" / "cells").iterdir())
+    line = one_line_error(cli(tmp_path, "run", f"results_dir={results}", "run_id=keep", "backend=torch",
+                              f"target.path={target}", "drafter=tiny_draft", "dataset=smoke", "dataset.categories=[coding]",
+                              "max_new_tokens=8", "--json", "out.json"))
+    assert str(weights) in line and "safetensors" in line
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["exit_code"] == 2 and str(weights) in data["error"]
+    assert sorted(p.name for p in (results / "keep" / "cells").iterdir()) == before  # nothing measured lost
+
+
+def _refusal(capsys, *args: str) -> list[str]:
+    from speedbench.cli import main
+
+    assert main(["run", "--check", *args]) == 2
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert "Traceback" not in err and 1 <= len(lines) <= 2, err
+    return lines
+
+
+def test_config_errors_keep_the_help_hydra_has(tmp_path, capsys):
+    # a group option: the short line with a did-you-mean, then the group's options (no internal schemas)
+    first, options = _refusal(capsys, "drafter=tiny_draft_smal")
+    assert "drafter=tiny_draft_smal" in first and "did you mean drafter=tiny_draft_small?" in first, first
+    assert options.strip().startswith("drafter options:") and "ngram" in options and "schema_" not in options, options
+    first, options = _refusal(capsys, "+experiment=ci_gat")
+    assert "did you mean +experiment=ci_gate?" in first and "tiny_ngram" in options, first
+    first, options = _refusal(capsys, "dataset=nope")  # nothing close: no guess, the options all the same
+    assert "did you mean" not in first and "smoke" in options and "dataset_schema" not in options
+    # an unknown key: the schema's closest key, on one line (overridden or appended)
+    for arg in ("protocol.budgett_s=5", "+protocol.budgett_s=5"):
+        (line,) = _refusal(capsys, arg)
+        assert "protocol.budgett_s" in line and "did you mean budget_s?" in line, line
+    (line,) = _refusal(capsys, "protocol.zzzz=1")  # nothing close: the keys it has
+    assert "its keys:" in line and "budget_s" in line and "min_repeats" in line, line
+    # a wrong type: the type expected
+    (line,) = _refusal(capsys, "batch_size=four")
+    assert line.endswith("batch_size: expected an integer, got 'four'"), line
+    (line,) = _refusal(capsys, "sampling.temperature=hot")
+    assert "sampling.temperature: expected a number" in line, line
+
+
+def test_a_sweep_names_the_job_and_the_option_on_one_line(tmp_path, capsys):
+    (line,) = _refusal(capsys, "-m", "drafter=ngram,tiny_draft_smal", f"results_dir={tmp_path}")
+    assert "job #1" in line and "did you mean drafter=tiny_draft_small?" in line and "drafter options:" in line, line
+
+
+def test_run_help_hides_the_internal_schemas(tmp_path):
+    proc = cli(tmp_path, "run", "--help")
+    assert proc.returncode == 0, proc.stderr
+    groups = proc.stdout.split("== Config ==")[0]
+    assert "drafter: " in groups and "tiny_draft_small" in groups and "backend: " in groups
+    assert "schema_" not in groups and "_schema" not in groups, groups
+
+
+def test_a_piped_run_beats_its_heart_and_ends_with_the_reports_pick(tmp_path):
+    # one prompt, one cell; piped (not a terminal): no bars, a heartbeat line every 0.2 s instead
+    proc = cli(tmp_path, "run", "dataset=smoke", "dataset.categories=[coding]", "dataset.n_requests=1", "max_new_tokens=8",
+               f"results_dir={tmp_path / 'r'}", "run_id=one", SPEEDBENCH_HEARTBEAT_S="0.2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    beats = [ln for ln in proc.stderr.splitlines() if ln.startswith("speedbench run: [")]
+    assert any("starting the engine" in ln for ln in beats) and any("measuring tiny_draft_small D=4 B=1 coding" in ln for ln in beats), beats
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(("pick: ", "nothing beats plain decoding (best: ", "undecided: ")) and "on smoke" in last, last
+    from speedbench.report.pick import pick_lines  # the line restates the report's own pick
+
+    assert pick_lines(tmp_path / "r" / "one") == [last]
+    cell = ResultsStore(tmp_path / "r" / "one").cells().iloc[0]
+    assert f"{cell['speedup']:.2f}" in last and "tiny_draft_small D=4" in last
+    reported = main_report_pick(tmp_path / "r" / "one")
+    assert reported.startswith("none (plain") if last.startswith("nothing beats") else reported in last, (reported, last)
+    # off: no heartbeat lines
+    quiet = cli(tmp_path, "run", "dataset=smoke", "dataset.categories=[coding]", "dataset.n_requests=1", "max_new_tokens=8",
+                f"results_dir={tmp_path / 'r'}", "run_id=two", SPEEDBENCH_HEARTBEAT_S="0")
+    assert quiet.returncode == 0 and not any(ln.startswith("speedbench run: [") for ln in quiet.stderr.splitlines())
+
+
+def main_report_pick(root: Path) -> str:
+    """The pick cell of the report's *What to pick* table (report.md), as written by speedbench report."""
+    from speedbench.cli import main
+
+    assert main(["report", str(root)]) == 0
+    text = (root / "report" / "report.md").read_text()
+    table = text.split("### What to pick", 1)[1]
+    row = next(ln for ln in table.splitlines() if ln.startswith("| 1 |"))
+    return row.split("|")[2].strip()

@@ -42,6 +42,7 @@ NOT_RUN_OTHER = {
     "--preset full": "builds 32k-token prompts by the thousand",
     "--sizes 8k": "96 prompts of 8k tokens",
     "/shared/": "a cluster path",
+    "/tmp/gate/": "the folders its same-machine recipe's runs make (tests/unit/gate/test_gate_regressions.py gates such runs)",
     "/tmp/slowed": "the folder its recipe's previous step makes (tests/unit/gate/test_gate_regressions.py gates a slowed run against the baseline)",
     "my.jsonl": "the user's own file",
     "results/runs/sched ": "the folder its recipe's sweep makes (tests/unit/schedule/test_schedule_pick.py checks the verification)",
@@ -124,7 +125,8 @@ FILL = {"path/to/config.json": "builtin:tiny-target", "path/to/draft/config.json
         "--out-dir datasets/throughput": "--out-dir built",
         # docs/ci-gate.md's history lines read a series kept between CI runs: the committed real one stands in
         "history gate-history": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}",
-        "history DIR": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}"}
+        "history DIR": f"history {REPO / 'tests' / 'data' / 'history' / 'flat'}",
+        "tests/data/interop/": str(REPO / "tests" / "data" / "interop") + "/"}
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +161,6 @@ def test_documented_command_runs(doc, line, workspace, monkeypatch, capsys):
     argv = to_argv(line)
     code = main(argv)
     err = capsys.readouterr().err
-    verdicts = (0, 1, 3, 4) if argv[0] == "gate" else (0,)  # a gate's verdict on these folders: anything but 2
+    verdicts = (0, 1, 3, 4, 5) if argv[0] == "gate" else (0,)  # a gate's verdict on these folders: anything but 2
     assert code in verdicts, f"{line}: exit {code}: {err[-3000:]}"
     assert "Traceback" not in err

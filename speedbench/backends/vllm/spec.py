@@ -77,6 +77,7 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
     if hasattr(drafter, "prompt_lookup_min"):  # the prompt-lookup schema (ngram, ngram_gpu)
         cfg["prompt_lookup_min"] = drafter.prompt_lookup_min
         cfg["prompt_lookup_max"] = drafter.prompt_lookup_max
+    cfg.update(drafters.engine_fields(drafter, "vllm"))  # the method's own keys (suffix_decoding_*)
     model = getattr(drafter, "model", None)
     if model and drafters.drafter_schema(drafter.method) is ModelDrafterConfig:  # a schema with weights
         cfg["model"] = local_dir(model)

@@ -69,7 +69,7 @@ def test_times_follow_the_options():
     out = generate(backend(verify_a_ms=3.0, verify_b_ms=0.5, draft_ms=0.25), reqs(2), spec(depth=3, batch=2))
     s = out.steps[0]
     assert s.t_verify == pytest.approx((3.0 + 0.5 * 2 * 4) / 1e3) and s.t_draft == pytest.approx(0.75 / 1e3)
-    with pytest.raises(ValueError, match="backend.options.alhpa: Key .alhpa. not in .SyntheticOptions."):
+    with pytest.raises(ValueError, match="backend.options.alhpa: unknown key .alhpa. in SyntheticOptions"):
         backend(alhpa=0.5)
 
 

@@ -48,7 +48,8 @@ def test_typo_fails_naming_the_key():
     with pytest.raises(ConfigCompositionException, match="num_speculativ_tokens"):
         compose_run(["drafter.num_speculativ_tokens=3"])
     # even forced with '+', the typed schema refuses a key it does not have, naming it
-    with pytest.raises(ValueError, match=r"^drafter\.num_speculativ_tokens: Key 'num_speculativ_tokens' not in"):
+    with pytest.raises(ValueError, match=r"^drafter\.num_speculativ_tokens: unknown key 'num_speculativ_tokens' in "
+                                         r"ModelDrafterConfig; did you mean num_speculative_tokens\?$"):
         to_run_config(compose_run(["+drafter.num_speculativ_tokens=3", "run_id=x"]))
 
 

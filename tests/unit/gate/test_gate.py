@@ -48,10 +48,19 @@ def test_a_folder_against_itself_passes_with_exact_ratios(tmp_path, capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+def mark_stable(*folders):
+    """Cells as a quiet machine measures them (``stable``): the shared run's stability is this machine's state
+    (on a busy one, its noise can cover a loss per cell: tests/unit/gate/test_gate_inconclusive.py)."""
+    for folder in folders:
+        for path in (folder / "cells").glob("*.json"):
+            path.write_text(json.dumps({**json.loads(path.read_text()), "stable": True}))
+
+
 def test_a_slower_speculative_run_fails_with_json_and_junit(tmp_path, capsys):
-    current = copy_results(tmp_path / "current")
+    baseline, current = copy_results(tmp_path / "baseline"), copy_results(tmp_path / "current")
+    mark_stable(baseline, current)
     slow_down_spec(current, 1.6)
-    rc = gate(shared_results(), current, "--json", str(tmp_path / "g.json"), "--junit", str(tmp_path / "g.xml"))
+    rc = gate(baseline, current, "--json", str(tmp_path / "g.json"), "--junit", str(tmp_path / "g.xml"))
     assert rc == 1
     printed = capsys.readouterr().out
     assert "REGRESSED" in printed and "FAIL" in printed
@@ -113,12 +122,13 @@ def test_speed_elasticity_compares_speedups_at_the_baseline_runs_machine_speed(t
 
 
 def test_per_cell_false_gates_only_the_pooled_row(tmp_path):
-    current = copy_results(tmp_path / "current")
+    baseline, current = copy_results(tmp_path / "baseline"), copy_results(tmp_path / "current")
+    mark_stable(baseline, current)
     slow_down_spec(current, 1.6)
     config = tmp_path / "gate.yaml"
     config.write_text("al: {tolerance: 0.02}\nspeedup: {tolerance: 0.15, per_cell: false}\n")
-    assert gate(shared_results(), current, "--config", str(config), "--junit", str(tmp_path / "g.xml")) == 1
-    report = run_gate(shared_results(), current, load_config(config))
+    assert gate(baseline, current, "--config", str(config), "--junit", str(tmp_path / "g.xml")) == 1
+    report = run_gate(baseline, current, load_config(config))
     speed = {c.cell_id: c.verdict for c in report.checks if c.metric == "speedup"}
     assert speed.pop("ALL") == "regressed" and set(speed.values()) == {"info"}
     suite = ET.parse(tmp_path / "g.xml").getroot().find("testsuite")
@@ -248,9 +258,7 @@ def test_an_unwritable_report_file_is_one_line_exit_2_before_a_verdict(option, w
 def test_a_verdict_on_unstable_cells_says_so(tmp_path):
     """Issue 35 item 2: a G-verdict built on unstable cells names them (cell rows and the pooled ALL row)."""
     baseline, current = copy_results(tmp_path / "baseline"), copy_results(tmp_path / "current")
-    for folder in (baseline, current):
-        for path in (folder / "cells").glob("*.json"):
-            path.write_text(json.dumps({**json.loads(path.read_text()), "stable": True}))
+    mark_stable(baseline, current)
     cell = sorted((current / "cells").glob("*.json"))[0]
     cell.write_text(json.dumps({**json.loads(cell.read_text()), "stable": False}))
     report = run_gate(baseline, current, load_config("default"))

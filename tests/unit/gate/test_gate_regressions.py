@@ -57,16 +57,18 @@ def verdicts(report, metric):
 
 
 def test_two_identical_runs_pass(results, baseline):
-    """An identical run passes; where it raises a false alarm, a second identical run must pass. The
+    """An identical run passes (or is inconclusive, never regressed: issue 48 item 1); where it raises a false
+    alarm, a second identical run must pass. The
     tolerance was calibrated in fresh processes (0 false alarms in 30 pairs, scripts/gate_false_alarms.py);
     inside the full suite, in a process that has run every test before it, one identical run in a few
     was flagged on one cell (a 2-2.5% speedup drop, 2026-12-04), so one alarm is allowed and two in a
     row fail the test."""
     report = run_gate(baseline, measure_ci(results, "repeat"), load_config("ci"))
-    if report.exit_code != 0:
+    if report.exit_code == 1:  # an alarm; inconclusive (exit 5: the machine's speed moved) is no alarm
         first = [c for c in report.checks if c.verdict != "pass"]
         report = run_gate(baseline, measure_ci(results, "repeat-2"), load_config("ci"))
-        assert report.exit_code == 0, (first, [c for c in report.checks if c.verdict != "pass"])
+        assert report.exit_code in (0, 5), (first, [c for c in report.checks if c.verdict != "pass"])
+    assert report.exit_code in (0, 5) and "regressed" not in {c.verdict for c in report.checks}
     assert all(c.ratio == 1.0 for c in report.checks if c.metric == "al")  # greedy AL is deterministic
 
 

@@ -39,11 +39,12 @@ def test_vllm_bench_pair_carries_what_it_printed(tmp_path):
     assert (round(cell.tpot_ms_p50_spec, 2), round(cell.tpot_ms_p99_spec, 2)) == (6.89, 9.28)
     assert round(cell.al, 2) == 2.11 and len(cell.accepted_per_pos) == 4 and cell.num_speculative_tokens == 4
     assert cell.source == "vllm bench serve 0.32.0+cpu" and cell.concurrency == 4 and cell.n_requests == 16
-    # the interval is the paired bootstrap's on the per-request records, and it holds the point
+    # one benchmark run a side is one window of a load point: no interval (issue 48 item 3), never [s, s]
     store = ResultsStore(tmp_path / "out")
     req = store.requests()
     assert len(req) == 32 and set(req["role"]) == {"baseline", "spec"}
-    assert cell.speedup_ci_low < cell.speedup < cell.speedup_ci_high
+    assert np.isfinite(cell.speedup) and cell.speedup_windows == 1
+    assert np.isnan(cell.speedup_ci_low) and np.isnan(cell.speedup_ci_high)
     assert not cell.stable and "one repeat" in cell.unstable_reason
     # the records give back the printed percentiles (np.percentile, as vllm bench): the reader kept every request
     spec = req[req["role"] == "spec"]
@@ -134,7 +135,11 @@ def test_report_gate_schedule_capacity_run_on_an_imported_folder(tmp_path):
         gate = cli("gate", "--current", out, "--baseline", out)  # an imported run against itself
         assert gate.returncode == 0 and "PASS" in gate.stdout, gate.stdout + gate.stderr
     # one folder per sweep (schedule refuses two tools' cells at one load, as it refuses two backends)
-    for args in (("report", vb, ap, "--out", tmp_path / "report"), ("schedule", vb), ("capacity", vb, "--tpot-ms", "20")):
+    for args in (("report", vb, ap, "--out", tmp_path / "report"), ("capacity", vb, "--tpot-ms", "20")):
         done = cli(*args)
         assert done.returncode == 0, (args, done.stderr[-2000:])
+    # one benchmark run a side is one window per load point: no interval, so no K (issue 48 items 2-3), said in one line
+    done = cli("schedule", vb)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "a load point needs two windows" in done.stderr.strip().splitlines()[-1]
     assert (tmp_path / "report" / "report.md").stat().st_size > 0

@@ -37,7 +37,9 @@ SWEEP = [
 
 
 def test_best_d_per_load_with_ties_to_the_smaller_d_and_k0_where_nothing_beats_plain_decoding():
-    sched = build(data(SWEEP))
+    """Where no D beats plain decoding, K=0 only with --decide-unstable: B=8's D=1 straddles 1 (issue 48 item 2:
+    tests/unit/schedule/test_schedule_undecided.py); the rest of the rules as they were."""
+    sched = build(data(SWEEP), decide_unstable=True, extrapolate=True)
     assert [(c.load, c.D) for c in sched.table] == [(1, 2), (2, 2), (4, 1), (8, 0)]
     assert sched.ranges == [[1, 3, 2], [4, 7, 1], [8, 4096, 0]]
     assert sched.table[0].cells == ["dm-1-2--"] and len(sched.table[3].cells) == 3  # K=0: every cell is the evidence
@@ -53,14 +55,15 @@ def test_the_load_axis_is_concurrency_when_the_cells_have_it():
     rows = [cell(1, d, s, lo, hi, concurrency=c) for c, (d, s, lo, hi) in
             [(1, (2, 1.5, 1.4, 1.6)), (1, (1, 1.2, 1.1, 1.3)), (16, (2, 0.9, 0.8, 0.95)), (16, (1, 1.2, 1.1, 1.3))]]
     sched = build(data(rows))
-    assert sched.load_column == "concurrency" and sched.ranges == [[1, 15, 2], [16, 4096, 1]]
+    assert sched.load_column == "concurrency" and sched.ranges == [[1, 15, 2], [16, 16, 1]]
+    assert build(data(rows), extrapolate=True).ranges == [[1, 15, 2], [16, 4096, 1]]
 
 
 def test_context_buckets_take_the_smallest_k_unless_one_is_chosen():
     rows = [cell(1, 2, 1.5, 1.4, 1.6, bucket="short"), cell(1, 1, 1.2, 1.1, 1.3, bucket="short"),
             cell(1, 2, 1.0, 0.9, 1.1, bucket="long"), cell(1, 1, 1.2, 1.1, 1.3, bucket="long")]
-    assert build(data(rows)).ranges == [[1, 4096, 1]]
-    assert build(data(rows), context_bucket="short").ranges == [[1, 4096, 2]]
+    assert build(data(rows)).ranges == [[1, 1, 1]]
+    assert build(data(rows), context_bucket="short").ranges == [[1, 1, 2]]
     assert {(c.load, c.context_bucket, c.D) for c in build(data(rows)).table} == {(1, "short", 2), (1, "long", 1)}
 
 
@@ -68,7 +71,7 @@ def test_several_drafters_are_refused_unless_one_is_named():
     rows = SWEEP + [cell(1, 2, 1.1, 1.05, 1.2, drafter="ng")]
     with pytest.raises(ScheduleError, match="several drafter configurations .*--drafter NAME"):
         build(data(rows))
-    assert build(data(rows), drafter="ng").ranges == [[1, 4096, 2]]
+    assert build(data(rows), drafter="ng").ranges == [[1, 1, 2]]
 
 
 def test_verify_flags_a_load_point_where_the_schedule_falls_outside_the_best_static_interval():
@@ -79,12 +82,13 @@ def test_verify_flags_a_load_point_where_the_schedule_falls_outside_the_best_sta
     assert points[1].verdict == "ok" and points[1].best_D == 4
     assert points[4].verdict == "below" and points[4].flagged and points[4].best_D == 1
     assert points[8].verdict == "ok"
-    assert build(data(rows)).ranges == [[1, 3, 2], [4, 7, 1], [8, 4096, 0]]  # schedule cells are not candidates
+    assert build(data(rows), decide_unstable=True, extrapolate=True).ranges == [[1, 3, 2], [4, 7, 1], [8, 4096, 0]]  # schedule cells are not candidates
 
 
 def test_cli_writes_the_json_and_refuses_several_drafters_in_one_line(tmp_path_factory, tmp_path, capsys):
     run = shared_results(tmp_path_factory)  # tiny_draft and ngram, D in 1,2,4, B in 1,4 (synthetic backend)
-    ns = dict(out=str(tmp_path / "s.json"), drafter=None, context_bucket=None, cap=1024, verify=False)
+    ns = dict(out=str(tmp_path / "s.json"), drafter=None, context_bucket=None, cap=1024, verify=False,
+              extrapolate=True, decide_unstable=True)  # the synthetic sweep's points: K from the intervals alone
     assert cli.main(argparse.Namespace(results=[str(run)], **ns)) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "several drafter configurations" in err[0] and "ngram" in err[0]
@@ -126,7 +130,7 @@ def test_by_context_gives_the_best_d_per_load_and_live_context_and_one_vllm_sche
     from speedbench.engine.schedule import k_at, parse_plan
     from speedbench.schedule.by_context import build as by_context
 
-    sched = by_context(data(CTX_SWEEP), cap=64)
+    sched = by_context(data(CTX_SWEEP), cap=64, decide_unstable=True, extrapolate=True)  # (4, 512) straddles 1
     table = {(c.load, c.context_bucket): c.D for c in sched.base.table}
     assert table == {(1, "64"): 4, (1, "512"): 1, (4, "64"): 4, (4, "512"): 0}
     assert sched.per_bucket == {64: [[1, 64, 4]], 512: [[1, 3, 1], [4, 64, 0]]}
@@ -143,7 +147,8 @@ def test_schedule_by_context_cli_emits_and_verifies(tmp_path, capsys):
     rows = CTX_SWEEP + [ctx_cell(1, 4, {64: (1.75, 1.65, 1.85), 512: (0.6, 0.5, 0.7)}, schedule="[[0,511,[[1,64,4]]]]")]
     for r in rows:
         (run / "cells" / f"{r['cell_id']}.json").write_text(json.dumps({**r, "derived": False}))
-    ns = dict(out=str(tmp_path / "s.json"), drafter=None, context_bucket=None, cap=64, verify=False, by="context")
+    ns = dict(out=str(tmp_path / "s.json"), drafter=None, context_bucket=None, cap=64, verify=False, by="context",
+              decide_unstable=True, extrapolate=True)
     code = cli.main(argparse.Namespace(results=[str(run)], **ns))
     out = capsys.readouterr().out
     assert code == 0, out
