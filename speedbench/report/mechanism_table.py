@@ -1,6 +1,7 @@
 """The mechanism table (G5): the write-up's qualitative comparison of drafting mechanisms, filled with
 this run's numbers. One row per mechanism measured (the ``drafter`` column), then one per method in the
-method table that has no cell, saying why.
+method table that has no cell, saying why: the method table's ``unmeasured`` line where nothing here runs
+it, else the engine's refusal, else that these results have no cell of it.
 
 Columns: what the drafter reads (its inputs), how it drafts (serial, parallel, lookup: the method
 table's ``kind``), its serve-time memory (parameters and extra KV bytes per token, from the drafter's
@@ -205,7 +206,7 @@ def table(ok: pd.DataFrame, rank: pd.DataFrame, backends: list[str] | None = Non
     for name, entry in METHODS.items():
         if is_baseline(name) or name in measured_methods:
             continue
-        why = next((r for b in backends if (r := engine_refusal(b, name, on_cpu=True))), None)
+        why = entry.unmeasured or next((r for b in backends if (r := engine_refusal(b, name, on_cpu=True))), None)
         if why is None:
             runs = [b for b in backends if entry.runs_on(b)]
             why = "no cell in these results" + ("" if runs else f" (backend {', '.join(backends)} does not run it)")

@@ -45,3 +45,20 @@ def test_the_cost_model_grows_with_d_exactly_for_serial_rows(name):
 def test_one_baseline_question():
     assert is_baseline(BASELINE) and is_baseline("none")
     assert not any(is_baseline(n) for n in METHODS if n != BASELINE)
+
+
+def _runs_here(m) -> bool:
+    """Some engine here runs it: the reference engine, or a build whose refusal (if any) lifts once a module is installed."""
+    return m.reference is not None or any(e not in m.refusals or m.refusals[e].unless_module is not None
+                                          for e in m.engines)
+
+
+def test_a_method_nothing_here_runs_says_why_in_one_line_and_only_such_a_method():
+    silent = [n for n, m in METHODS.items() if not _runs_here(m) and not m.unmeasured]
+    assert not silent, f"methods nothing here runs, with no unmeasured line: {silent}"
+    assert not [n for n, m in METHODS.items() if _runs_here(m) and m.unmeasured]
+    assert all("\n" not in m.unmeasured and not m.unmeasured.startswith("not measured")
+               for m in METHODS.values() if m.unmeasured)  # the table prefixes "not measured: "
+    assert {n for n, m in METHODS.items() if m.unmeasured} == {"dspark", "mlp_speculator"}
+    dspark = METHODS["dspark"].unmeasured
+    assert "refuses" in dspark and "DFlash block" in dspark and "Markov head" in dspark and "missing here" in dspark

@@ -7,7 +7,7 @@ import math
 import pytest
 from safetensors import safe_open
 
-from speedbench.drafters.registry import METHODS, is_baseline, make_drafter
+from speedbench.drafters.registry import METHODS, engine_refusal, is_baseline, make_drafter
 from speedbench.models import resolve_path
 from speedbench.pipeline import runner
 from speedbench.report import mechanism_table
@@ -129,8 +129,21 @@ def test_draft_times_al_and_best_speedup_come_from_the_cells_and_the_ranking(res
 def test_a_method_the_engine_refuses_says_why(results):
     _, data, rank, _ = results
     frame = mechanism_table.table(data.ok, rank, backends=["vllm"])
-    why = _row(frame, "(dspark)")["best speedup by B"]
-    assert why.startswith("not measured: drafter.method='dspark' cannot run on backend=vllm: ")
+    refused = [n for n, m in METHODS.items() if "vllm" in m.refusals and not m.unmeasured
+               and engine_refusal("vllm", n, on_cpu=True)]
+    for name in refused:  # suffix, while arctic-inference is not installed
+        assert _row(frame, f"({name})")["best speedup by B"] == f"not measured: {engine_refusal('vllm', name, on_cpu=True)}"
+    assert _row(frame, "(medusa)")["best speedup by B"] == "not measured: no cell in these results"
+
+
+@pytest.mark.parametrize("backends", [["torch"], ["vllm"], ["torch", "vllm"]])
+def test_a_method_nothing_here_runs_shows_the_method_tables_line(results, backends):
+    _, data, rank, _ = results
+    frame = mechanism_table.table(data.ok, rank, backends=backends)
+    for name in ("dspark", "mlp_speculator"):
+        row = _row(frame, f"({name})")
+        assert row["best speedup by B"] == f"not measured: {METHODS[name].unmeasured}"
+        assert row["generation"] == mechanism_table.MODES[METHODS[name].kind]
 
 
 def test_the_command_prints_the_same_rows_and_a_missing_folder_is_one_line(results, tmp_path):
