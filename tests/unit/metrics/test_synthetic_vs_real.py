@@ -172,3 +172,18 @@ def test_verdict_never_goes_beyond_the_interval():
     assert verdict(0.7, 0.98) == "synthetic understates the real speedup"
     assert verdict(0.9, 1.1).startswith("undecided")
     assert verdict(math.nan, math.nan).startswith("undecided")
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["drafter.synthetic_rates=[0.5,0.5,0.5,0.5]", "drafter.synthetic_draw=bogus"],
+     "drafter.synthetic_draw='bogus' is not one of quota, independent"),
+    (["drafter.synthetic_draw=independent"], "drafter.synthetic_draw needs drafter.synthetic_al or drafter.synthetic_rates"),
+])
+def test_a_bad_synthetic_draw_is_one_line_and_exit_2_before_any_model_loads(tmp_path, capsys, overrides, message):
+    from speedbench.cli import main
+
+    code = main(["run", "backend=torch", "drafter=tiny_draft_small", "drafter.num_speculative_tokens=4", *overrides,
+                 f"results_dir={tmp_path}", "run_id=bad"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0]
+    assert not (tmp_path / "bad" / "cells").exists()
