@@ -41,7 +41,7 @@ class TorchBackend(Backend):
         self.model = self._load(target.path)
         self.tokenizer = models.load_tokenizer(target.path, target.revision, target.trust_remote_code)
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        self._acceptance: dict = {}  # synthetic acceptance rules by (D, AL, rates, seed)
+        self._acceptance: dict = {}  # synthetic acceptance rules by (D, AL, rates, draw, seed)
         self._drafter_state: dict = {}  # what drafters keep for the engine's lifetime (DraftContext.engine_state)
 
     def _load(self, path: str):
@@ -95,7 +95,7 @@ class _TorchSession(Session):
         # one draw sequence per backend and profile: the protocol opens a session per block, and a
         # sequence restarted every block would repeat its short-run error in every block
         key = (spec.drafter.num_speculative_tokens, spec.drafter.synthetic_al,
-               tuple(spec.drafter.synthetic_rates or ()), s.seed)
+               tuple(spec.drafter.synthetic_rates or ()), getattr(spec.drafter, "synthetic_draw", None), s.seed)
         if key not in backend._acceptance:
             backend._acceptance[key] = synthetic_acceptance(spec.drafter, s.seed)
         self.acceptance = backend._acceptance[key]
@@ -138,7 +138,8 @@ class _TorchSession(Session):
     def finish(self, records, steps) -> dict[str, Any]:
         extra: dict[str, Any] = {"timing_source": "reference-loop-synced-clock"}
         if self.acceptance is not None:
-            extra |= {"synthetic_al": self.acceptance.expected_al, "synthetic": SYNTHETIC_NOTE}
+            extra |= {"synthetic_al": self.acceptance.expected_al, "synthetic": SYNTHETIC_NOTE,
+                      "synthetic_draw": self.acceptance.draw_mode}
         return extra
 
 
@@ -150,9 +151,11 @@ def synthetic_acceptance(drafter, seed: int):
     """The forced-acceptance rule of a cost-surface cell, or None for a normal cell."""
     al, rates = getattr(drafter, "synthetic_al", None), list(getattr(drafter, "synthetic_rates", None) or [])
     if al is None and not rates:
+        if getattr(drafter, "synthetic_draw", None):
+            raise ValueError("drafter.synthetic_draw needs drafter.synthetic_al or drafter.synthetic_rates")
         return None
     if is_baseline(drafter.method):
         raise ValueError("drafter.synthetic_al/synthetic_rates need a speculative drafter (method != none)")
     from ..engine.synthetic_acceptance import SyntheticAcceptance
 
-    return SyntheticAcceptance(drafter.num_speculative_tokens, al, rates, seed)
+    return SyntheticAcceptance(drafter.num_speculative_tokens, al, rates, seed, getattr(drafter, "synthetic_draw", None))

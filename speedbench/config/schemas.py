@@ -50,6 +50,10 @@ class DrafterConfig:
     # Reference engine: forced after the real verify forward; vLLM: rejection_sample_method=synthetic (CUDA)
     synthetic_al: Optional[float] = None
     synthetic_rates: list[float] = field(default_factory=list)
+    # how the synthetic counts are drawn: None/"quota" (the reference engine's systematic draws, close to
+    # the profile in short runs) or "independent" (every row of every step its own draw, as vLLM's
+    # synthetic sampler does: uncorrelated across steps and rows; engine.synthetic_acceptance)
+    synthetic_draw: Optional[str] = None
     # draft length per live batch size: inclusive [start, end, K] ranges, as vLLM's
     # num_speculative_tokens_per_batch_size (engine.schedule); K is clamped to num_speculative_tokens
     schedule: list[Any] = field(default_factory=list)

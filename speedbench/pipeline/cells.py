@@ -92,7 +92,7 @@ def dataset_identity(dataset) -> dict:
 
 def drafter_identity(drafter) -> dict:
     """The drafter's settings that define a cell (fault injection lives outside the drafter: ``faults``)."""
-    unset = tuple(k for k in ("synthetic_al", "synthetic_rates", "schedule") if not getattr(drafter, k, None))
+    unset = tuple(k for k in ("synthetic_al", "synthetic_rates", "synthetic_draw", "schedule") if not getattr(drafter, k, None))
     return asdict_clean(drafter, drop=("name",) + unset)  # unset synthetic/schedule keys keep existing cell ids
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..results.store import atomic_write_text, dumps
 from . import (acceptance, attention_start, attention_tiles, context, draft_schedule, finetune, low_latency, mechanism,
-               mechanism_table, over_time, render, steady_window, summary, under_load, verify_cost)
+               mechanism_table, over_time, render, steady_window, summary, synthetic_vs_real, under_load, verify_cost)
 from . import plots as plot_helpers
 from .common import Figure, Section
 from ..results.load import ReportData, load
@@ -43,6 +43,7 @@ def sections(data: ReportData, ctx: ModelContext, out: Path) -> list[Section]:
             attention_tiles.build(data, ctx, out), low_latency.build(data, out), mechanism.build(data, out),
             mechanism_table.build(data, out), finetune.build(data, out),
             under_load.build(data, out), steady_window.build(data, out), over_time.build(data, out),
+            synthetic_vs_real.build(data, out),
             draft_schedule.build(data, out), context.build(data, out)]
 
 

