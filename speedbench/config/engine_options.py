@@ -26,7 +26,7 @@ class TorchOptions:
 
 @dataclass
 class VllmOptions:
-    max_engines: int = 2  # engines alive at once (baseline + one speculative config)
+    max_engines: int = 2  # engines alive at once in the process, any backend's (baseline + one speculative config)
     max_num_seqs: int = 8  # engine batch slots; raised to batch_size when larger
     spec_metrics: str = "auto"  # auto | per_request | counters: where acceptance comes from
     profile_split: str = "auto"  # auto (on for CPU when timers=false) | true | false: split from profiler scopes

@@ -59,6 +59,8 @@ class DrafterMethod:
     draft_kv: bool = True  # whether its drafter keeps a KV cache of its own (False: no attention, nothing per token)
     # why no engine here measures it (set exactly where nothing here runs it): the mechanism table's line for it
     unmeasured: str | None = None
+    # where its weights sit inside the *target* checkpoint (cost "target_head"): the tensor-name prefix
+    weights_prefix: str | None = None
 
     def runs_on(self, build: str) -> bool:
         return (self.reference is not None) if build == "torch" else build in self.engines
@@ -115,7 +117,7 @@ METHODS: dict[str, DrafterMethod] = {
                             kind=PARALLEL, cost="head", reads="target_state", draft_kv=False),
     # the target's own MTP layer (vLLM: unless drafter.model is set); the reference engine runs MiMo's
     "mtp": DrafterMethod(reference="speedbench.drafters.mtp:MtpDrafter", engines=frozenset({"vllm"}),
-                         schedule=frozenset({"torch"}), cost="target_head"),
+                         schedule=frozenset({"torch"}), cost="target_head", weights_prefix="model.mtp_layers."),
     "mlp_speculator": DrafterMethod(needs_model=True, engines=frozenset({"vllm"}), refusals={"vllm": Refusal(
         "this vLLM has no V1 proposer for mlp_speculator and its V2 model runner refuses it (the engine fails at "
         "start-up)")}, unmeasured="vLLM has no V1 proposer for it and its V2 runner refuses it; the reference engine "

@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..drafters.registry import METHODS
 from .eagle3_head import _Mlp, rotate
 
-LAYERS_PREFIX = "model.mtp_layers."  # every MTP layer of the checkpoint
+LAYERS_PREFIX = METHODS["mtp"].weights_prefix  # every MTP layer of the checkpoint (the method table owns it)
 PREFIX = LAYERS_PREFIX + "0."
 ARCHITECTURE = "MiMoForCausalLM"  # vLLM maps it to mimo_mtp (method mtp)
 

@@ -98,11 +98,9 @@ def footprint(drafter: dict[str, Any], target: dict[str, Any], dtype: str) -> Fo
             params = _weights_params(folder) if folder.is_dir() else math.nan
             layers = cfg.get("num_hidden_layers", math.nan)
         elif method is not None and method.cost == "target_head" and target.get("path"):
-            from ..engine.mtp_layer import LAYERS_PREFIX  # MTP: the target checkpoint's own MTP layers
-
             folder = Path(resolve_path(str(target["path"])))
             cfg = model_config(str(target["path"])) or {}
-            params = _weights_params(folder, LAYERS_PREFIX) if folder.is_dir() else math.nan
+            params = _weights_params(folder, method.weights_prefix) if folder.is_dir() else math.nan  # the target's MTP layers
             layers = cfg.get("num_nextn_predict_layers", math.nan)
         elif drafter.get("num_layers") and target.get("path"):  # layer skip: the target's first layers
             cfg = model_config(str(target["path"])) or {}

@@ -32,6 +32,8 @@ NOT_RUN_HERE = {
     "hydra/launcher=local": "submitit job processes: tests/e2e/test_submitit_local.py",
     "logger.mode=online": "needs the W&B service",
 }
+# run lines whose target `speedbench fixtures finetune` builds first (two minutes): a 3-step fine-tune stands in
+NEEDS_FINETUNE = "+experiment=finetune_robustness"
 # run lines for a CUDA vLLM only: on this CPU build the check refuses every job before anything loads, naming why
 CUDA_ONLY = {"+experiment=cost_surface backend=vllm": "is not supported by vLLM on CPU"}
 # other subcommands that cannot run here, with the reason
@@ -48,6 +50,8 @@ NOT_RUN_OTHER = {
     "results/runs/sched ": "the folder its recipe's sweep makes (tests/unit/schedule/test_schedule_pick.py checks the verification)",
     "results/runs/load-": "the folders its recipe's load sweeps make (tests/unit/report/test_under_load.py renders the section)",
     "results/runs/draft-cost": "the folder its recipe's 120-cell sweep makes (tests/unit/report/test_sections.py renders the draft-cost section)",
+    "results/runs/synthetic-vs-real": "the folder its recipe's script makes (tests/unit/metrics/test_synthetic_vs_real.py "
+                                      "renders the section on a real and a synthetic run)",
     "speedbench capacity": "needs an open-loop sweep with an SLO set (minutes): tests/unit/capacity/test_capacity.py "
                            "searches a sweep's folder and checks the command's refusals",
     "question.jsonl": "Spec-Bench's question file (tests/unit/data/test_loaders.py reads the real format)",
@@ -75,8 +79,29 @@ def _run_args(line: str) -> list[str]:
 RUN_LINES = [(d, ln) for d, ln in COMMANDS if to_argv(ln)[:1] == ["run"] and not any(e in ln for e in ELSEWHERE)]
 
 
+@pytest.fixture(scope="module")
+def finetune_cache(tmp_path_factory):
+    """A speedbench cache holding the fine-tuned target the fine-tune recipe runs on (3 steps, not 200)."""
+    from dataclasses import replace
+
+    from speedbench.fixtures.finetune import FinetuneConfig, build
+
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPEEDBENCH_CACHE", str(cache))
+        build(replace(FinetuneConfig(), steps=3), log=lambda _: None)
+    return cache
+
+
+def _prerequisites(line: str, request, monkeypatch) -> None:
+    """What the docs say to build before the line (its recipe's earlier step), built here."""
+    if NEEDS_FINETUNE in line:
+        monkeypatch.setenv("SPEEDBENCH_CACHE", str(request.getfixturevalue("finetune_cache")))
+
+
 @pytest.mark.parametrize("doc,line", RUN_LINES, ids=[f"{d}:{c[:60]}" for d, c in RUN_LINES])
-def test_documented_run_line_passes_every_check(doc, line, tmp_path, capsys):
+def test_documented_run_line_passes_every_check(doc, line, tmp_path, capsys, request, monkeypatch):
+    _prerequisites(line, request, monkeypatch)
     args = small_form(_run_args(line), [f"results_dir={tmp_path / 'results'}", "hydra/job_logging=disabled",
                                         "hydra/hydra_logging=disabled"])
     code = main(["run", "--check", *args])
@@ -105,7 +130,8 @@ RUNNABLE = [(d, ln) for d, ln in RUN_LINES if not any(m in ln for m in NOT_RUN_H
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc,line", RUNNABLE, ids=[f"{d}:{c[:60]}" for d, c in RUNNABLE])
-def test_documented_run_line_runs_in_a_small_form(doc, line, tmp_path, monkeypatch, capsys):
+def test_documented_run_line_runs_in_a_small_form(doc, line, tmp_path, monkeypatch, capsys, request):
+    _prerequisites(line, request, monkeypatch)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.chdir(tmp_path)

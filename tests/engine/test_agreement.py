@@ -137,7 +137,7 @@ def test_vllm_per_request_metrics_pool_to_the_engine_counters(runs, config):
 @pytest.fixture(scope="module")
 def counters_run(engine_models, runs):
     """ngram again on an engine without per-request metrics: acceptance from counter deltas (B=3: one batch)."""
-    backend = make_backend("vllm", engine_models["target"], {"max_engines": 1, "spec_metrics": "counters",
+    backend = make_backend("vllm", engine_models["target"], {"max_engines": 4, "spec_metrics": "counters",
                                                               "profile_split": False})
     try:
         yield generate(backend, "ngram", batch_size=3)
@@ -192,7 +192,7 @@ def test_installed_vllm_knows_the_methods_speedbench_names():
 def test_continuous_batching_caps_the_engine_at_c_and_keeps_greedy_output(runs, engine_models):
     """backend.options.batching=continuous on a real engine: every request of the pass submitted at once to an
     engine of max_num_seqs = C (here 2 for 3 requests, so vLLM's scheduler batches them), output unchanged."""
-    cont = make_backend("vllm", engine_models["target"], {"batching": "continuous", "max_engines": 1})
+    cont = make_backend("vllm", engine_models["target"], {"batching": "continuous", "max_engines": 4})
     try:
         out = generate(cont, "ngram", None, batch_size=2)
         (engine,) = cont.engines._engines.values()

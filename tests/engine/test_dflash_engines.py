@@ -30,7 +30,7 @@ CATEGORY = {r.request_id: r.category for r in MINI_PROMPTS}  # mini's prompts on
 @pytest.fixture(scope="module")
 def runs():
     torch_backend = make_backend("torch", TARGET)
-    vllm = make_backend("vllm", TARGET, {"max_engines": 1})
+    vllm = make_backend("vllm", TARGET, {"max_engines": 4})
     try:
         return {"baseline": generate(torch_backend, "none", reqs=PROMPTS),
                 "torch": generate(torch_backend, "dflash", DFLASH, reqs=PROMPTS),

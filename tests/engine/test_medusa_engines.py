@@ -30,7 +30,7 @@ def _prompts():
 def runs():
     prompts = _prompts()
     torch_backend = make_backend("torch", TARGET)
-    vllm = make_backend("vllm", TARGET, {"max_engines": 1})
+    vllm = make_backend("vllm", TARGET, {"max_engines": 4})
     try:
         return {"baseline": generate(torch_backend, "none", reqs=prompts),
                 "torch": generate(torch_backend, "medusa", MEDUSA, reqs=prompts, depth=D),

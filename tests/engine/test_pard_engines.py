@@ -23,7 +23,7 @@ TARGET, PARD = "builtin:tiny-target", "builtin:tiny-pard"
 @pytest.fixture(scope="module")
 def runs():
     torch_backend = make_backend("torch", TARGET)
-    vllm = make_backend("vllm", TARGET, {"max_engines": 1})
+    vllm = make_backend("vllm", TARGET, {"max_engines": 4})
     try:
         return {"baseline": generate(torch_backend, "none"), "torch": generate(torch_backend, "pard", PARD),
                 "vllm": generate(vllm, "pard", PARD)}

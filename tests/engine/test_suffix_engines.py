@@ -48,7 +48,7 @@ def runs():
     suffix = make_drafter("suffix", D)
     out = {"baseline": _generate(torch_backend, DrafterConfig()), "torch": _generate(torch_backend, suffix)}
     if HAVE_ARCTIC:
-        vllm = make_backend("vllm", TARGET, {"max_engines": 1})
+        vllm = make_backend("vllm", TARGET, {"max_engines": 4})
         try:
             out["vllm"] = _generate(vllm, suffix)
         finally:

@@ -1,19 +1,26 @@
 """Engine construction: one ``vllm.LLM`` per (speculative config, ``max_num_seqs``), kept in a small LRU.
 
 The baseline is the engine with ``speculative_config=None``. At most ``max_engines`` are alive at
-once; starting an evicted one again costs a full engine start-up (~40 s for the tiny models on 2
-CPU cores). Each :class:`Engine` records whether its model-runner timers were installed.
+once *in the process*, whichever backend started them (a sweep over the target keeps the earlier
+job's backend cached, and on a GPU each engine takes ``gpu_memory_utilization / max_engines``): a
+pool about to start one closes the least recently used engine of any pool until one more fits its
+own ``max_engines``. An engine an open session still holds (a pass under way, or its lockstep
+partner) is never closed to make room; if every engine is held, the new one starts anyway, with a
+warning. Starting an evicted engine again costs a full engine start-up (~40 s for the tiny models
+on 2 CPU cores). Each :class:`Engine` records whether its model-runner timers were installed.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
 import hashlib
+import itertools
 import json
 import logging
 import shutil
 import tempfile
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +38,9 @@ log = logging.getLogger(__name__)
 # engine re-registers it, so only the newest engine's counters can be read (by any backend)
 _registry_owner: list[int | None] = [None]
 _in_process: set[int] = set()  # ids of the live engines whose engine core runs in this process
+_POOLS: "weakref.WeakSet[EnginePool]" = weakref.WeakSet()  # this process's open pools: max_engines counts them all
+_HOLDERS: weakref.WeakSet = weakref.WeakSet()  # open sessions (``.eng``): their engines are not closed to make room
+_USE = itertools.count()  # the process-wide order of use (least recently used closes first)
 ENGINE_SHUTDOWN_S = 60.0  # vLLM's default (5 s) force-kills a busy engine process: warnings, leaked shared memory
 
 
@@ -51,6 +61,7 @@ class EnginePool:
         self.settings, self.target, self.model_dir, self.seed = settings, target, model_dir, seed
         self.threads = threads  # stepped passes on a CPU: the forwards' compute threads in this process
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._used: dict[str, int] = {}  # key -> when it was last handed out (``_USE``)
         self.starts: list[dict[str, Any]] = []
         self.trace_root = tempfile.mkdtemp(prefix="speedbench-vllm-trace-") if settings.profile else None
 
@@ -61,11 +72,9 @@ class EnginePool:
         key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
         if key in self._engines:
             self._engines.move_to_end(key)
+            self._used[key] = next(_USE)
             return self._engines[key]
-        while len(self._engines) >= s.max_engines:
-            old_key, old = self._engines.popitem(last=False)
-            log.info("vllm: closing engine %s to make room (max_engines=%d)", old_key, s.max_engines)
-            _shutdown(old.llm)
+        _make_room(s.max_engines)
         from vllm import LLM
 
         if s.lockstep:  # the engine core in this process (LLMEngine.step() = one iteration); set before it starts
@@ -104,6 +113,8 @@ class EnginePool:
                 engine = Engine(llm, key, "false", status)
         self.starts.append({"speculative_config": spec_cfg, "seconds": time.perf_counter() - t0})
         self._engines[key] = engine
+        self._used[key] = next(_USE)
+        _POOLS.add(self)
         if s.lockstep:
             _in_process.add(id(llm))
         _registry_owner[0] = id(llm)
@@ -123,11 +134,47 @@ class EnginePool:
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
+    def close_engine(self, key: str) -> None:
+        """Shut one engine down and forget it (its key starts a fresh engine next time)."""
+        self._used.pop(key, None)
+        _shutdown(self._engines.pop(key).llm)
+
     def close(self) -> None:
         while self._engines:
-            _shutdown(self._engines.popitem()[1].llm)
+            self.close_engine(next(reversed(self._engines)))
+        _POOLS.discard(self)
         if self.trace_root:
             shutil.rmtree(self.trace_root, ignore_errors=True)
+
+
+def hold(session) -> None:
+    """``session`` uses ``session.eng`` until :func:`release` (or until it is garbage): not closed to make room."""
+    _HOLDERS.add(session)
+
+
+def release(session) -> None:
+    _HOLDERS.discard(session)
+
+
+def alive() -> int:
+    """Engines alive in this process, over every pool."""
+    return sum(len(pool._engines) for pool in list(_POOLS))
+
+
+def _make_room(limit: int) -> None:
+    """Close the least recently used engine of any pool, one a session holds excepted, until one more
+    fits in ``limit`` (the starting pool's ``max_engines``)."""
+    while alive() >= limit:
+        held = {id(h.eng.llm) for h in list(_HOLDERS) if getattr(h, "eng", None) is not None}
+        idle = [(pool._used.get(k, -1), id(pool), pool, k) for pool in list(_POOLS)
+                for k, e in pool._engines.items() if id(e.llm) not in held]
+        if not idle:
+            log.warning("vllm: %d engines alive in this process, every one in use by a pass: starting one more "
+                        "than backend.options.max_engines=%d", alive(), limit)
+            return
+        _, _, pool, k = min(idle, key=lambda c: c[:2])
+        log.info("vllm: closing engine %s to make room (max_engines=%d in this process)", k, limit)
+        pool.close_engine(k)
 
 
 def _shutdown(llm) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ...drafters.registry import is_baseline
 from ..base import GenerateSpec, Session, TurnInput, TurnResult, TurnStepper
+from . import engines
 from .outputs import describe, put_counters_on_first, turn_result
 from .spec import speculative_config, vllm_version
 from .stepped import Stepper, run_stepped
@@ -30,6 +31,7 @@ class VllmSession(Session):
     def __init__(self, backend, spec: GenerateSpec) -> None:
         super().__init__(backend, spec)
         self.eng = backend.engines.get(spec.drafter, backend.engine_seqs(spec.batch_size), spec.log_dir)
+        engines.hold(self)  # until finish: no other pool closes this engine to make room
         self.params = sampling_params(spec)
         self.speculative = not is_baseline(spec.drafter.method)
         self.total = None
@@ -84,6 +86,12 @@ class VllmSession(Session):
         return _VllmTurnStepper(self) if self.backend.settings.lockstep else None
 
     def finish(self, records, steps) -> dict[str, Any]:
+        try:
+            return self._finish(records)
+        finally:
+            engines.release(self)
+
+    def _finish(self, records) -> dict[str, Any]:
         b, spec, eng = self.backend, self.spec, self.eng
         extra: dict[str, Any] = {"engine": "vllm", "vllm": vllm_version(), "timing_split": TIMING_SPLIT,
                                  "timing_source": eng.timers_missing or "missing: backend.options.timers=false"}

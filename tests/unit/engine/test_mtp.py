@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from speedbench import models
 from speedbench.drafters import build_drafter
-from speedbench.engine.cached_lm import forward_before_final_norm
+from speedbench.engine.cached_lm import BEFORE_FINAL_NORM, forward_before_final_norm
 from speedbench.engine.decode import generate
 from speedbench.engine.drafting import History
 from speedbench.engine.mtp_layer import ARCHITECTURE, PREFIX
@@ -48,10 +48,11 @@ def test_checkpoint_has_the_mimo_mtp_layout():
 @pytest.mark.parametrize("impl", ["lean", "hf"])
 def test_captured_last_hidden_state_is_before_the_final_norm(mtp_target, impl):
     """What vLLM's MiMo body hands its MTP proposer: the residual stream after the last layer,
-    not HF's hidden_states[-1] (after the final norm); HF's untied last hidden state is the reference."""
+    not HF's hidden_states[-1] (after the final norm, which capture id num_layers still gives, as Medusa
+    reads it); HF's untied last hidden state is the reference."""
     ctx = make_context(mtp_target, mtp_target, impl)
     lm = ctx.make_lm(mtp_target)
-    lm.capture = (mtp_target.config.num_hidden_layers,)
+    lm.capture = (BEFORE_FINAL_NORM,)
     x = torch.tensor([prompts(1)[0]])
     cfg = mtp_target.config
     with torch.no_grad():
@@ -65,6 +66,11 @@ def test_captured_last_hidden_state_is_before_the_final_norm(mtp_target, impl):
             cfg.tie_last_hidden_states = before
     assert not torch.allclose(expected, normed, atol=1e-2)
     torch.testing.assert_close(lm.captured.float(), expected, rtol=1e-4, atol=1e-4)
+    lm.capture = (cfg.num_hidden_layers,)
+    with torch.no_grad():
+        lm.reset(1, 64)
+        lm.forward(x)
+    torch.testing.assert_close(lm.captured.float(), normed, rtol=1e-4, atol=1e-4)
 
 
 def test_training_unroll_equals_cached_drafting(mtp_target):

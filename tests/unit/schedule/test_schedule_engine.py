@@ -157,7 +157,7 @@ def _run(tmp_path, backend, method, **fields):
 
 @pytest.mark.parametrize("method, fields, why", [
     ("suffix", {}, "suffix decoding asserts a fixed K"),
-    ("medusa", {"model": "m"}, "medusa asserts a fixed K"),
+    ("medusa", {"model": "m"}, "medusa drafts exactly its num_heads tokens (asserts a fixed K)"),
     ("draft_model", {"model": "m", "engine_args": {"parallel_drafting": True}}, "parallel drafting"),
 ])
 def test_vllm_refuses_a_schedule_for_methods_with_a_fixed_k(tmp_path, method, fields, why):
