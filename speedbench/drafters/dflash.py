@@ -16,7 +16,7 @@ from ..engine.dflash_head import load_head
 from ..engine.drafting import Drafter
 from ..engine.sampling import logits_to_probs, sample
 from ..engine.speculative import Proposal
-from .eagle3 import _local_dir
+from .eagle3 import _local_dir, write_features
 
 
 class DFlashDrafter(Drafter):
@@ -51,12 +51,7 @@ class DFlashDrafter(Drafter):
         self.max_len = max_len
 
     def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
-        """Target features [B, T, F] for positions start[b] .. start[b]+T-1 (rejected ones get overwritten)."""
-        batch, width = features.shape[:2]
-        cols = start[:, None] + self.arange[:width]
-        rows = torch.arange(batch, device=self.device)[:, None].expand_as(cols)
-        keep = cols < self.max_len
-        self.feats[rows[keep], cols[keep]] = features[keep].float()
+        write_features(self.feats, features, start, self.arange, self.max_len)
 
     def _extend_context(self, upto: torch.Tensor) -> None:
         """Context keys/values for positions lens[b] .. upto[b]-1 (the features that arrived)."""

@@ -66,6 +66,17 @@ def pending_pairs(history, lens: torch.Tensor, arange: torch.Tensor):
     return positions, clamped, last_valid, torch.arange(history.tokens.shape[0], device=lens.device)
 
 
+def write_features(feats: torch.Tensor, features: torch.Tensor, start: torch.Tensor, arange: torch.Tensor,
+                   max_len: int) -> None:
+    """Target features [B, T, F] into ``feats`` [B, max_len, F] at positions start[b] .. start[b]+T-1
+    (rejected ones get overwritten later; positions past max_len are dropped)."""
+    batch, width = features.shape[:2]
+    cols = start[:, None] + arange[:width]
+    rows = torch.arange(batch, device=feats.device)[:, None].expand_as(cols)
+    keep = cols < max_len
+    feats[rows[keep], cols[keep]] = features[keep].float()
+
+
 class Eagle3Drafter(Drafter):
 
     def __init__(self, ctx, model: str | None = None, **_options) -> None:
@@ -113,12 +124,7 @@ class Eagle3Drafter(Drafter):
         self.max_len = max_len
 
     def observe(self, features: torch.Tensor, start: torch.Tensor) -> None:
-        """Target features [B, T, F] for positions start[b] .. start[b]+T-1 (rejected ones get overwritten)."""
-        batch, width = features.shape[:2]
-        cols = start[:, None] + self.arange[:width]
-        rows = torch.arange(batch, device=self.device)[:, None].expand_as(cols)
-        keep = cols < self.max_len
-        self.feats[rows[keep], cols[keep]] = features[keep].float()
+        write_features(self.feats, features, start, self.arange, self.max_len)
 
     # ------------------------------------------------------------------ one head call
     def _run(self, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor):

@@ -19,13 +19,14 @@ names match the checkpoint keys, so ``state_dict()`` is the file's content.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .head_files import read_folder, save_folder
 
 ARCHITECTURE = "DFlashDraftModel"
 
@@ -185,30 +186,13 @@ class DFlashHead(nn.Module):
 
 
 def save_head(head: DFlashHead, out: Path, dtype: torch.dtype = torch.float16, **config_extra) -> None:
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = head.spec.to_config(**config_extra)
-    cfg["dtype"] = str(dtype).removeprefix("torch.")
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_folder(head, head.spec.to_config(**config_extra), out, dtype)
 
 
 def load_head(path: Path, device: torch.device | str = "cpu") -> DFlashHead:
     """A DFlash draft from a folder with config.json + model.safetensors (fp32 compute)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    cfg_file, weights = path / "config.json", path / "model.safetensors"
-    if not cfg_file.is_file() or not weights.is_file():
-        raise FileNotFoundError(f"DFlash draft {path}: needs config.json and model.safetensors")
-    try:
-        spec = DFlashSpec.from_config(json.loads(cfg_file.read_text()))
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"DFlash draft {cfg_file}: {exc}") from exc
+    spec, state = read_folder(path, "DFlash draft", DFlashSpec.from_config)
     head = DFlashHead(spec)
-    state = load_file(str(weights))
     extra = sorted(k for k in set(state) - set(head.state_dict()) if not k.startswith(("embed_tokens", "lm_head")))
     if extra:
         raise ValueError(f"DFlash draft {path}: tensors the reference engine does not run: {extra[:5]}")

@@ -15,13 +15,14 @@ the file's content.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .head_files import read_folder, save_folder
 
 ARCHITECTURE = "MedusaModel"
 
@@ -78,30 +79,13 @@ class MedusaHeads(nn.Module):
 
 
 def save_heads(heads: MedusaHeads, out: Path, dtype: torch.dtype = torch.float16) -> None:
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to(dtype).contiguous() for k, v in heads.state_dict().items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = heads.spec.to_config()
-    cfg["dtype"] = str(dtype).removeprefix("torch.")  # the stored precision, as for the other models
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_folder(heads, heads.spec.to_config(), out, dtype)
 
 
 def load_heads(path: Path, device: torch.device | str = "cpu") -> MedusaHeads:
     """Heads from a folder with config.json + model.safetensors (fp32 compute)."""
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    cfg_file, weights = path / "config.json", path / "model.safetensors"
-    if not cfg_file.is_file() or not weights.is_file():
-        raise FileNotFoundError(f"Medusa heads {path}: needs config.json and model.safetensors")
-    try:
-        spec = MedusaSpec.from_config(json.loads(cfg_file.read_text()))
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"Medusa heads {cfg_file}: {exc}") from exc
+    spec, state = read_folder(path, "Medusa heads", MedusaSpec.from_config)
     heads = MedusaHeads(spec)
-    state = load_file(str(weights))
     if set(state) != set(heads.state_dict()):
         raise ValueError(f"Medusa heads {path}: tensors {sorted(set(state) ^ set(heads.state_dict()))[:5]} "
                          "missing or unexpected")

@@ -15,21 +15,18 @@ Parameter names are the checkpoint keys below ``model.mtp_layers.0.``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..drafters.registry import METHODS
-from .eagle3_head import _Mlp, rotate
+from .eagle3_head import Attend, _Mlp, rotate
 
 LAYERS_PREFIX = METHODS["mtp"].weights_prefix  # every MTP layer of the checkpoint (the method table owns it)
 PREFIX = LAYERS_PREFIX + "0."
 ARCHITECTURE = "MiMoForCausalLM"  # vLLM maps it to mimo_mtp (method mtp)
 
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
