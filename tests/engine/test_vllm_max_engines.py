@@ -5,6 +5,7 @@ them: never more than two engine-core processes alive (counted from each engine'
 handles), the least recently used closed first, and an engine an open pass holds is never closed.
 Runs in a subprocess (engine-core processes: ``lockstep=false``), apart from the session's engines."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +68,11 @@ if __name__ == "__main__":
 def test_max_engines_bounds_the_process_not_the_backend(tmp_path, engine_models):
     script = tmp_path / "max_engines.py"
     script.write_text(SCRIPT)
+    # engine cores in processes of their own: an in-process (lockstep) engine earlier in this worker set
+    # VLLM_ENABLE_V1_MULTIPROCESSING=0 in its environment, which the script would inherit
+    env = {**os.environ, "PYTHONPATH": str(REPO), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     proc = subprocess.run([sys.executable, str(script), engine_models["target"]], capture_output=True, text=True,
-                          cwd=REPO, env={**__import__("os").environ, "PYTHONPATH": str(REPO)}, timeout=900)
+                          cwd=REPO, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(next(line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")))
     # per backend this was 1, 2, 3, 4 engines (and engine processes) alive
