@@ -28,12 +28,20 @@ def test_gate_ci_measures_a_reference_here_and_confirms_a_loss(tmp_path):
     # GATE_CI_HISTORY: the gated run is appended to a kept history (here the committed real series) and
     # the history is read across it (docs/ci-gate.md, "Keeping the history in CI")
     history = tmp_path / "history"
-    shutil.copytree(ROOT / "tests" / "data" / "history" / "flat", history)
-    env = dict(os.environ, GATE_CI_OVERRIDES="protocol.min_repeats=2 protocol.max_repeats=2",
-               GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1", GATE_CI_HISTORY=str(history))
-    res = subprocess.run(["bash", str(ROOT / "scripts" / "gate-ci.sh"), str(out)], capture_output=True, text=True,
-                         timeout=900, env=env)
-    shown = res.stdout[-4000:] + res.stderr[-3000:]
+    for attempt in range(2):
+        # a 2-core VM's speed can move more than max_step_ratio (1.6x) between two back-to-back runs:
+        # the gate then rightly says INCONCLUSIVE (exit 5, the machine's speed named); measure once more
+        shutil.rmtree(history, ignore_errors=True)
+        shutil.copytree(ROOT / "tests" / "data" / "history" / "flat", history)
+        env = dict(os.environ, GATE_CI_OVERRIDES="protocol.min_repeats=2 protocol.max_repeats=2",
+                   GATE_CI_CURRENT_OVERRIDES="faults.delay_ms=1", GATE_CI_HISTORY=str(history))
+        res = subprocess.run(["bash", str(ROOT / "scripts" / "gate-ci.sh"), str(out)], capture_output=True, text=True,
+                             timeout=900, env=env)
+        shown = res.stdout[-4000:] + res.stderr[-3000:]
+        if not (attempt == 0 and res.returncode == 5 and "machine speed: no-speculation steps took" in res.stdout):
+            break
+        (stale).mkdir(parents=True, exist_ok=True)
+        (stale / "stale-marker").write_text("a previous gated run\n")
     assert res.returncode == 1, shown
     assert "confirming with a second pair" in res.stdout, shown
     for run in ("run", "reference", "confirm/run", "confirm/reference"):
