@@ -84,7 +84,13 @@ def slowed(results, baseline):
 
     t_step_ms = float(ResultsStore(baseline).cells()["t_step_ms_spec"].mean())
     current = measure_ci(results, "slowed", repeats=2, faults=FaultConfig(delay_ms=t_step_ms / 4))
-    return run_gate(baseline, current, load_config("ci"))
+    report = run_gate(baseline, current, load_config("ci"))
+    if report.exit_code == 5:  # INCONCLUSIVE: this 2-core VM's speed moved past max_step_ratio since the
+        # baseline ran (minutes earlier, other tests between): a baseline and a slowed run back to back
+        again = measure_ci(results, "baseline-again")
+        current = measure_ci(results, "slowed-again", repeats=2, faults=FaultConfig(delay_ms=t_step_ms / 4))
+        report = run_gate(again, current, load_config("ci"))
+    return report
 
 
 def test_a_delay_costing_20_percent_of_speedup_fails_on_speedup(slowed):
