@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .head_files import save_folder
+
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 
 # attend(q [B, T, H, hd], k [B, T, KV, hd], v [B, T, KV, hd]) -> [B, T, H * hd], RoPE applied
@@ -182,14 +184,7 @@ class Eagle3Head(nn.Module):
 
 
 def save_head(head: Eagle3Head, out: Path, dtype: torch.dtype = torch.float16, **config_extra) -> None:
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    cfg = head.spec.to_config(**config_extra)
-    cfg["dtype"] = str(dtype).removeprefix("torch.")  # the stored precision, as for the other models
-    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    save_folder(head, head.spec.to_config(**config_extra), out, dtype)
 
 
 def _load_tensors(path: Path) -> dict[str, torch.Tensor]:

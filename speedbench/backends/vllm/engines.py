@@ -71,7 +71,6 @@ class EnginePool:
         spec_cfg = speculative_config(drafter)
         key = json.dumps({"spec": spec_cfg, "max_num_seqs": seqs}, sort_keys=True, default=str)
         if key in self._engines:
-            self._engines.move_to_end(key)
             self._used[key] = next(_USE)
             return self._engines[key]
         _make_room(s.max_engines)
@@ -165,7 +164,7 @@ def _make_room(limit: int) -> None:
     """Close the least recently used engine of any pool, one a session holds excepted, until one more
     fits in ``limit`` (the starting pool's ``max_engines``)."""
     while alive() >= limit:
-        held = {id(h.eng.llm) for h in list(_HOLDERS) if getattr(h, "eng", None) is not None}
+        held = {id(h.eng.llm) for h in list(_HOLDERS)}
         idle = [(pool._used.get(k, -1), id(pool), pool, k) for pool in list(_POOLS)
                 for k, e in pool._engines.items() if id(e.llm) not in held]
         if not idle:
